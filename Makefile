@@ -1,0 +1,24 @@
+# Two user-facing targets, each working on a fresh clone with only Python 3.11 available:
+#   make repro   set up .venv and run the pipeline (dvc repro)
+#   make test    set up .venv with the dev extra and run lint and tests
+# Installs are pinned by constraints.txt (see its header for how to regenerate it).
+
+PYTHON ?= $(shell command -v python3.11 >/dev/null 2>&1 && echo python3.11 || echo python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: repro test venv venv-dev
+
+repro: venv
+	$(BIN)/dvc repro
+
+test: venv-dev
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+# One recipe creates the venv and installs the package; EXTRAS selects the extras.
+venv venv-dev:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -c constraints.txt -e '.$(EXTRAS)'
+
+venv-dev: EXTRAS = [dev]

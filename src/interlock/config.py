@@ -1,0 +1,78 @@
+"""Typed access to the composed parameters (``params.yaml``), with errors that name the field.
+
+DVC composes ``conf/`` into ``params.yaml``; stages only read it (never ``@hydra.main``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from interlock.blueprints import POOLS, TaskSize
+from interlock.errors import InterlockError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TaskSizeConfig(_Strict):
+    decisions: int = Field(ge=2)
+    effects_per_decision: int = Field(ge=1)
+    couplings: int = Field(ge=1)
+    distractors: int = Field(ge=0)
+
+    def build(self) -> TaskSize:
+        return TaskSize(**self.model_dump())
+
+
+class ScaleConfig(_Strict):
+    name: Literal["smoke", "default", "paper"]
+    train_domains: int = Field(ge=1)
+    heldout_domains: int = Field(ge=1)
+    tasks_per_domain: dict[str, int]
+    task_size: TaskSizeConfig
+    row_group_tasks: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _pools(self) -> ScaleConfig:
+        if sorted(self.tasks_per_domain) != sorted(POOLS):
+            raise ValueError(f"tasks_per_domain needs exactly the pools {', '.join(POOLS)}")
+        if any(count < 0 for count in self.tasks_per_domain.values()):
+            raise ValueError("tasks_per_domain counts must be >= 0")
+        self.task_size.build()
+        return self
+
+
+class DomainsConfig(_Strict):
+    name: str
+    count: int = Field(ge=1)
+
+
+class Params(BaseModel):
+    """The composed parameters; groups added by later stages pass through untouched."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    seed: int
+    data_dir: str
+    scale: ScaleConfig
+    domains: DomainsConfig
+
+
+def load_params(path: Path | str = "params.yaml") -> Params:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InterlockError(f"cannot read parameters: {exc}", file=str(path)) from None
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"]) or None
+        raise InterlockError(error["msg"], file=str(path), item="params", field=field) from None
+    except InterlockError as exc:
+        raise InterlockError(exc.reason, file=str(path), item="scale.task_size", field=exc.field) from None

@@ -1,0 +1,217 @@
+"""The synthesis stages as library functions: each streams its inputs by row group and writes
+its outputs atomically. Stage scripts under ``stages/`` only read params and call these.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from interlock import schemas
+from interlock.blueprints import Blueprint, PoolCheck, TaskSize, generate_blueprints
+from interlock.catalog import Catalog, Domain, check_catalog, load_catalog
+from interlock.errors import InterlockError
+from interlock.graph import CompletionGraph, build_graph, graph_rows, graphs_from_rows
+from interlock.io import (
+    batched,
+    dumps,
+    iter_aligned,
+    iter_row_groups,
+    read_rows,
+    write_json,
+    write_row_groups,
+    write_table,
+    write_table_set,
+)
+from interlock.oracle import oracle_calls, replay
+from interlock.packs import TaskPack, compile_pack, pack_rows, packs_from_rows
+from interlock.reviews.controls import control_problems
+from interlock.reviews.coverage import coverage_problems
+from interlock.reviews.critic import critic_problems
+
+
+def _progress(total: int, stage: str) -> tqdm:
+    return tqdm(total=total, desc=stage, unit="task", mininterval=1.0, dynamic_ncols=True)
+
+
+# ----------------------------------------------------------------------------- domains
+
+def domain_row(domain: Domain) -> dict:
+    return {"domain_id": domain.id, "name": domain.name, "area": domain.area, "split": domain.split,
+            "signature": domain.signature, "decision_kind": domain.decision.kind,
+            "coupling_kinds": list(domain.couplings), "effect_kinds": [e.kind for e in domain.effects],
+            "case_table": domain.case.table, "policy_file": domain.policy.file,
+            "summary": domain.summary.strip(), "spec": dumps(domain.model_dump(mode="json"))}
+
+
+def run_domains(out: Path, catalog_path: Path | None = None) -> Catalog:
+    catalog = load_catalog(catalog_path) if catalog_path else load_catalog()
+    write_table(out, [domain_row(d) for d in catalog.domains], schemas.DOMAINS)
+    return catalog
+
+
+def load_domains(path: Path) -> Catalog:
+    """The catalog as the ``domains`` stage wrote it (so later stages depend on the artifact)."""
+    domains = []
+    for row in read_rows(path, schemas.DOMAINS):
+        try:
+            domains.append(Domain.model_validate_json(row["spec"]))
+        except ValueError as exc:
+            raise InterlockError(f"invalid domain spec ({exc})", file=str(path), item=row["domain_id"],
+                                 field="spec") from None
+    check_catalog(domains, str(path))
+    return Catalog(domains, str(path))
+
+
+# ----------------------------------------------------------------------------- blueprints
+
+def run_blueprints(domains_path: Path, out: Path, *, seed: int, train_domains: int, heldout_domains: int,
+                   tasks_per_domain: dict[str, int], size: TaskSize, row_group_tasks: int) -> Counter:
+    """Generate, check pool disjointness as they stream, and write in row groups."""
+    catalog = load_domains(domains_path)
+    total = (train_domains * sum(tasks_per_domain[p] for p in ("demo", "rft", "dev"))
+             + heldout_domains * tasks_per_domain["benchmark"])
+    check = PoolCheck(catalog, str(out))
+    counts: Counter = Counter()
+    with write_row_groups(out, schemas.BLUEPRINTS) as writer, _progress(total, "blueprints") as bar:
+        stream = generate_blueprints(catalog, seed=seed, train_domains=train_domains,
+                                     heldout_domains=heldout_domains, tasks_per_domain=tasks_per_domain,
+                                     size=size)
+        for batch in batched(stream, row_group_tasks):
+            rows = [b.to_row() for b in batch]
+            for row in rows:
+                check.add(row["task_id"], row["domain_id"], row["pool"], row["fingerprint"], row["skeleton"])
+                counts[row["pool"]] += 1
+            writer.write(rows)
+            bar.update(len(batch))
+    return counts
+
+
+def iter_blueprints(path: Path, catalog: Catalog) -> Iterator[list[Blueprint]]:
+    """Blueprints by row group, each re-checked for pool disjointness as it is read."""
+    check = PoolCheck(catalog, str(path))
+    for rows in iter_row_groups(path, schemas.BLUEPRINTS):
+        for row in rows:
+            check.add(row["task_id"], row["domain_id"], row["pool"], row["fingerprint"], row["skeleton"])
+        yield [Blueprint.from_row(row, str(path)) for row in rows]
+
+
+# ----------------------------------------------------------------------------- graphs
+
+def run_graphs(domains_path: Path, blueprints_path: Path, out: Path) -> int:
+    catalog = load_domains(domains_path)
+    total = pq.ParquetFile(blueprints_path).metadata.num_rows
+    count = 0
+    with write_table_set(out, schemas.GRAPH_TABLES) as tables, _progress(total, "graphs") as bar:
+        for batch in iter_blueprints(blueprints_path, catalog):
+            rows: dict[str, list[dict]] = {name: [] for name in schemas.GRAPH_TABLES}
+            for blueprint in batch:
+                graph = build_graph(blueprint, catalog[blueprint.domain_id])
+                for name, table_rows in graph_rows(graph).items():
+                    rows[name] += table_rows
+            tables.write(rows)
+            count += len(batch)
+            bar.update(len(batch))
+    return count
+
+
+def iter_graphs(folder: Path) -> Iterator[list[CompletionGraph]]:
+    for group in iter_aligned(folder, schemas.GRAPH_TABLES):
+        yield list(graphs_from_rows(group, str(folder)))
+
+
+# ----------------------------------------------------------------------------- packs
+
+def build_pack(graph: CompletionGraph, domain: Domain) -> TaskPack:
+    """Compile a graph and attach the oracle's trajectory as its reference solution."""
+    pack = compile_pack(graph, domain)
+    steps, _ = replay(pack.files, oracle_calls(graph, domain))
+    pack.reference = [{"step": s["step"], "tool": s["tool"], "arguments": dumps(s["arguments"]),
+                       "observation": s["observation"]} for s in steps]
+    return pack
+
+
+def run_packs(domains_path: Path, graphs_dir: Path, out: Path) -> int:
+    catalog = load_domains(domains_path)
+    total = pq.ParquetFile(graphs_dir / "tasks.parquet").metadata.num_rows
+    count = 0
+    with write_table_set(out, schemas.PACK_TABLES) as tables, _progress(total, "packs") as bar:
+        for graphs in iter_graphs(graphs_dir):
+            rows: dict[str, list[dict]] = {name: [] for name in schemas.PACK_TABLES}
+            for graph in graphs:
+                for name, table_rows in pack_rows(build_pack(graph, catalog[graph.domain_id])).items():
+                    rows[name] += table_rows
+            tables.write(rows)
+            count += len(graphs)
+            bar.update(len(graphs))
+    return count
+
+
+def iter_packs(folder: Path) -> Iterator[list[TaskPack]]:
+    for group in iter_aligned(folder, schemas.PACK_TABLES):
+        yield packs_from_rows(group, str(folder))
+
+
+# ----------------------------------------------------------------------------- review
+
+def review_pack(graph: CompletionGraph, pack: TaskPack) -> dict[str, list[dict]]:
+    """Both reviews and the controls for one task; the verdict admits it only if all are clean."""
+    coverage = coverage_problems(graph, pack)
+    critic = critic_problems(pack)
+    controls = control_problems(pack)
+    reasons = sorted({p["problem"] for p in coverage} | {p["problem"] for p in critic}
+                     | {f"control {p['control']} of {p['criterion_id'] or 'reference'}: {p['evidence']}"
+                        for p in controls})
+    t = pack.task_id
+    return {
+        "coverage": [{"task_id": t, **p} for p in coverage],
+        "critic": [{"task_id": t, **p} for p in critic],
+        "controls": [{"task_id": t, **p} for p in controls],
+        "verdicts": [{"task_id": t, "domain_id": pack.domain_id, "pool": pack.pool,
+                      "coverage_ok": not coverage, "critic_ok": not critic, "controls_ok": not controls,
+                      "admitted": not reasons, "reasons": reasons}],
+    }
+
+
+def run_review(graphs_dir: Path, packs_dir: Path, out: Path) -> dict:
+    """Write the review reports and the statically admitted tasks; return summary metrics."""
+    total = pq.ParquetFile(packs_dir / "tasks.parquet").metadata.num_rows
+    summary: dict[str, Counter] = {}
+    with write_table_set(out, schemas.REVIEW_TABLES) as tables, _progress(total, "review") as bar:
+        for graphs, packs in zip(iter_graphs(graphs_dir), iter_packs(packs_dir), strict=True):
+            if [g.task_id for g in graphs] != [p.task_id for p in packs]:
+                raise InterlockError("graphs and packs are not aligned by task", file=str(packs_dir))
+            rows: dict[str, list[dict]] = {name: [] for name in schemas.REVIEW_TABLES}
+            for graph, pack in zip(graphs, packs, strict=True):
+                for name, table_rows in review_pack(graph, pack).items():
+                    rows[name] += table_rows
+            for verdict in rows["verdicts"]:
+                pool = summary.setdefault(verdict["pool"], Counter())
+                pool["tasks"] += 1
+                for key in ("admitted", "coverage_ok", "critic_ok", "controls_ok"):
+                    pool[key] += int(verdict[key])
+            rows["admitted"] = [{k: v[k] for k in ("task_id", "domain_id", "pool")}
+                                for v in rows["verdicts"] if v["admitted"]]
+            tables.write(rows)
+            bar.update(len(packs))
+    return {pool: dict(sorted(counts.items())) for pool, counts in sorted(summary.items())}
+
+
+class StageTimer:
+    """Wall time of a stage, written to a metrics file that no later stage reads."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> StageTimer:
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            write_json(self.path, {"seconds": round(time.perf_counter() - self.start, 3)})

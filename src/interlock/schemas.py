@@ -1,0 +1,72 @@
+"""The pyarrow schema of every Parquet artifact, in one place.
+
+Nested content (case rows, rules, check specs) is canonical JSON in a string column, so the
+schemas stay fixed while kinds evolve.
+"""
+
+import pyarrow as pa
+
+s, i32, i64, b, f64 = pa.string(), pa.int32(), pa.int64(), pa.bool_(), pa.float64()
+
+DOMAINS = pa.schema([
+    ("domain_id", s), ("name", s), ("area", s), ("split", s), ("signature", s),
+    ("decision_kind", s), ("coupling_kinds", pa.list_(s)), ("effect_kinds", pa.list_(s)),
+    ("case_table", s), ("policy_file", s), ("summary", s), ("spec", s),
+])
+
+BLUEPRINTS = pa.schema([
+    ("task_id", s), ("domain_id", s), ("pool", s), ("seed", i64),
+    ("decisions", i32), ("effects_per_decision", i32), ("couplings", i32), ("distractors", i32),
+    ("cases", s), ("options", s), ("params", s), ("groups", s),
+    ("distractor_rows", s), ("distractor_clauses", s), ("fingerprint", s), ("skeleton", s),
+])
+
+GRAPH_TABLES = {
+    "tasks": pa.schema([("task_id", s), ("domain_id", s), ("pool", s), ("effects_per_decision", i32)]),
+    "nodes": pa.schema([
+        ("task_id", s), ("node_id", s), ("kind", s), ("subkind", s), ("ref", s), ("label", s),
+        ("distractor", b), ("attrs", s),
+    ]),
+    "edges": pa.schema([("task_id", s), ("edge_id", s), ("kind", s), ("source", s), ("target", s)]),
+    "hyperedges": pa.schema([
+        ("task_id", s), ("hyperedge_id", s), ("kind", s), ("clause", s), ("params", s),
+    ]),
+    "hyperedge_members": pa.schema([
+        ("task_id", s), ("hyperedge_id", s), ("node_id", s), ("position", i32),
+    ]),
+}
+
+PACK_TABLES = {
+    "tasks": pa.schema([("task_id", s), ("domain_id", s), ("pool", s)]),
+    "workspace_files": pa.schema([("task_id", s), ("path", s), ("content", s)]),
+    "evidence_index": pa.schema([
+        ("task_id", s), ("node_id", s), ("path", s), ("locator", s), ("ref", s), ("expected", s),
+    ]),
+    "requests": pa.schema([("task_id", s), ("request", s)]),
+    "contracts": pa.schema([
+        ("task_id", s), ("deliverable_id", s), ("kind", s), ("node_ids", pa.list_(s)), ("path", s),
+        ("key", s), ("realization", s),
+    ]),
+    "rubrics": pa.schema([
+        ("task_id", s), ("criterion_id", s), ("kind", s), ("node_ids", pa.list_(s)),
+        ("mandatory", b), ("weight", f64), ("description", s),
+    ]),
+    "checks": pa.schema([("task_id", s), ("criterion_id", s), ("spec", s)]),
+    "reference_solutions": pa.schema([
+        ("task_id", s), ("step", i32), ("tool", s), ("arguments", s), ("observation", s),
+    ]),
+}
+
+REVIEW_TABLES = {
+    "coverage": pa.schema([("task_id", s), ("relation", s), ("ref", s), ("problem", s)]),
+    "critic": pa.schema([("task_id", s), ("criterion_id", s), ("problem", s)]),
+    "controls": pa.schema([
+        ("task_id", s), ("criterion_id", s), ("control", s), ("passed", b), ("expected", b),
+        ("evidence", s),
+    ]),
+    "verdicts": pa.schema([
+        ("task_id", s), ("domain_id", s), ("pool", s), ("coverage_ok", b), ("critic_ok", b),
+        ("controls_ok", b), ("admitted", b), ("reasons", pa.list_(s)),
+    ]),
+    "admitted": pa.schema([("task_id", s), ("domain_id", s), ("pool", s)]),
+}

@@ -1,0 +1,47 @@
+"""Sentence templates that render and parse back, so public text stays machine-checkable.
+
+Every policy clause and request instruction is rendered from a :class:`Template`; the
+public-input critic parses the same text back with the same template, seeing only what a
+solver sees.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+
+_FIELD = re.compile(r"\{([a-z_]+)\}")
+
+
+class Template:
+    """A sentence with ``{field}`` slots; ``parse`` is the exact inverse of ``render``."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+
+    @cached_property
+    def _regex(self) -> re.Pattern[str]:
+        parts, last, seen = [], 0, set()
+        for match in _FIELD.finditer(self.pattern):
+            parts.append(re.escape(self.pattern[last:match.start()]))
+            name = match.group(1)
+            parts.append(f"(?P={name})" if name in seen else f"(?P<{name}>.+?)")
+            seen.add(name)
+            last = match.end()
+        parts.append(re.escape(self.pattern[last:]))
+        return re.compile("".join(parts))
+
+    def render(self, **values: object) -> str:
+        return self.pattern.format(**values)
+
+    def parse(self, text: str) -> dict[str, str] | None:
+        match = self._regex.fullmatch(text.strip())
+        return match.groupdict() if match else None
+
+
+def join_words(words: list[str]) -> str:
+    return ", ".join(words)
+
+
+def split_words(text: str) -> list[str]:
+    return [word.strip() for word in text.split(",") if word.strip()]
