@@ -9,8 +9,9 @@ BIN    := $(VENV)/bin
 
 .PHONY: repro test venv venv-dev
 
+# Stage commands call `python`, so the venv's bin leads PATH.
 repro: venv
-	$(BIN)/dvc repro
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/dvc repro
 
 test: venv-dev
 	$(BIN)/ruff check .

@@ -29,6 +29,9 @@ from interlock.kinds import (
 CATALOG_PATH = Path(__file__).with_name("domains.yaml")
 _IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
 _WORD = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+#: decision kinds whose positive outcome is a word the domain chooses ("approved", "paid")
+POSITIVE_WORD_KINDS = frozenset({"limit_approval", "eligibility_approval", "capped_payment",
+                                 "rate_payment"})
 #: which case columns each decision kind reads
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "limit_approval": ("amount",),
@@ -40,6 +43,16 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "option_selection": (),
     "due_date": (),
 }
+
+
+def _words(values: list[str]) -> list[str]:
+    """Outcome and group words appear inside policy sentences: one word each, all distinct."""
+    for value in values:
+        if not _WORD.match(value):
+            raise ValueError(f"{value!r} must be one word (letters, digits, '_' or '-')")
+    if len(set(values)) != len(values):
+        raise ValueError("values must be distinct")
+    return values
 
 
 class _Strict(BaseModel):
@@ -86,13 +99,8 @@ class CaseTable(_Strict):
 
     @field_validator("group_values", "categories")
     @classmethod
-    def _words(cls, values: list[str] | None) -> list[str] | None:
-        for value in values or ():
-            if not _WORD.match(value):
-                raise ValueError(f"{value!r} must be one word (letters, digits, '_' or '-')")
-        if values is not None and len(set(values)) != len(values):
-            raise ValueError("values must be distinct")
-        return values
+    def _word_list(cls, values: list[str] | None) -> list[str] | None:
+        return _words(values) if values is not None else None
 
     def columns(self) -> list[str]:
         optional = [self.amount, self.category, self.quantity, self.score]
@@ -107,6 +115,11 @@ class OptionTable(_Strict):
     plural: str
     provider: str = Field(description="column naming who offers the option")
     providers: list[str] = Field(min_length=4)
+
+    @field_validator("providers")
+    @classmethod
+    def _word_list(cls, values: list[str]) -> list[str]:
+        return _words(values)
 
     @field_validator("table")
     @classmethod
@@ -127,20 +140,12 @@ class DecisionSpec(_Strict):
     @field_validator("positive", "fallback")
     @classmethod
     def _word(cls, value: str | None) -> str | None:
-        if value is not None and not _WORD.match(value):
-            raise ValueError(f"{value!r} must be one word (letters, digits, '_' or '-')")
-        return value
+        return _words([value])[0] if value is not None else None
 
-    @model_validator(mode="after")
-    def _kind_vocabulary(self) -> DecisionSpec:
-        needs = {
-            "limit_approval": "positive", "eligibility_approval": "positive",
-            "capped_payment": "positive", "rate_payment": "positive",
-            "tier_assignment": "tiers", "team_routing": "teams", "option_selection": "options",
-        }.get(self.kind)
-        if needs and getattr(self, needs) is None:
-            raise ValueError(f"decision kind {self.kind} needs '{needs}'")
-        return self
+    @field_validator("tiers", "teams")
+    @classmethod
+    def _word_list(cls, values: list[str] | None) -> list[str] | None:
+        return _words(values) if values is not None else None
 
 
 class EffectSpec(_Strict):
@@ -161,8 +166,8 @@ class EffectSpec(_Strict):
             raise ValueError(f"effect kind {self.kind} needs 'file'")
         suffix = {"payment_instruction": (".jsonl",), "notification": (".jsonl",), "document": ("",)}
         _relative_path(self.file, suffix.get(self.kind, (".csv",)))
-        if self.kind == "ledger_posting" and not self.code:
-            raise ValueError("ledger_posting needs 'code' (the account it posts to)")
+        if (self.kind == "ledger_posting") != bool(self.code):
+            raise ValueError("'code' (the account posted to) is given exactly for ledger_posting")
         return self
 
 
@@ -190,32 +195,47 @@ class Domain(_Strict):
     effects: list[EffectSpec] = Field(min_length=2, max_length=4)
     policy: PolicySpec
 
-    @model_validator(mode="after")
-    def _structure(self) -> Domain:
-        kind = self.decision.kind
+    def structure_problem(self) -> tuple[str, str] | None:
+        """The first cross-field defect as (field, reason), or None: what the engine relies on."""
+        kind, case = self.decision.kind, self.case
         for role in REQUIRED_FIELDS[kind]:
-            if getattr(self.case, role) is None:
-                raise ValueError(f"decision kind {kind} needs the case column '{role}'")
-        if (kind in {"eligibility_approval", "team_routing"}) != (self.case.categories is not None):
-            raise ValueError("'case.categories' is given exactly when the decision reads a category")
+            if getattr(case, role) is None:
+                return f"case.{role}", f"decision kind {kind} needs the case column '{role}'"
+        if (kind in {"eligibility_approval", "team_routing"}) != (case.categories is not None):
+            return "case.categories", "given exactly when the decision reads a category"
+        columns = case.columns()
+        if len(set(columns)) != len(columns):
+            return "case", "case columns (subject, group, date, ...) must be distinct"
+        needs = {"positive": POSITIVE_WORD_KINDS, "tiers": {"tier_assignment"}, "teams": {"team_routing"},
+                 "options": {"option_selection"}}
+        for name, kinds in needs.items():
+            given = getattr(self.decision, name) is not None
+            if given != (kind in kinds):
+                verb = "needs" if kind in kinds else "takes no"
+                return f"decision.{name}", f"decision kind {kind} {verb} '{name}'"
+        values = [*(self.decision.tiers or ()), *(self.decision.teams or ()), self.decision.fallback]
+        if len(set(values)) != len(values):
+            return "decision.fallback", "tiers, teams and the fallback must be distinct"
         if len(set(self.couplings)) != len(self.couplings):
-            raise ValueError("couplings must be distinct")
-        for coupling in self.couplings:
+            return "couplings", "couplings must be distinct"
+        for index, coupling in enumerate(self.couplings):
             if kind not in COUPLING_COMPATIBLE[coupling]:
-                raise ValueError(f"coupling {coupling} cannot bind decision kind {kind}")
+                return f"couplings.{index}", f"coupling {coupling} cannot bind decision kind {kind}"
         if self.effects[0].kind not in ALL_OUTCOME_EFFECTS:
-            raise ValueError(
-                f"the first effect must apply to every outcome ({sorted(ALL_OUTCOME_EFFECTS)})"
-            )
-        for effect in self.effects:
+            return "effects.0.kind", ("the first effect must apply to every outcome "
+                                      f"({', '.join(sorted(ALL_OUTCOME_EFFECTS))})")
+        effect_kinds = [e.kind for e in self.effects]
+        if len(set(effect_kinds)) != len(effect_kinds):
+            return "effects", "each effect kind at most once (a second target of a kind is no new structure)"
+        for index, effect in enumerate(self.effects):
             if effect.kind in AMOUNT_EFFECTS and kind not in AMOUNT_DECISIONS:
-                raise ValueError(f"effect {effect.kind} posts an amount; {kind} has none")
-        paths = [self.case.table, self.policy.file, *(e.file for e in self.effects if e.file)]
+                return f"effects.{index}.kind", f"effect {effect.kind} posts an amount; {kind} has none"
+        paths = [case.table, self.policy.file, *(e.file for e in self.effects if e.file)]
         if self.decision.options:
             paths.append(self.decision.options.table)
         if len(set(paths)) != len(paths):
-            raise ValueError("case table, policy, option table and effect files must be distinct")
-        return self
+            return "effects", "case table, policy, option table and effect files must be distinct"
+        return None
 
     @cached_property
     def signature(self) -> str:
@@ -269,10 +289,14 @@ def load_catalog(path: Path | str = CATALOG_PATH) -> Catalog:
 
 
 def check_catalog(domains: list[Domain], source: str) -> None:
-    """Unique ids, pairwise-distinct signatures, and held-out structures unseen in training."""
+    """Each domain's structure, unique ids, and pairwise-distinct signatures (so held-out
+    structures never occur in training)."""
     seen_ids: set[str] = set()
     seen_signatures: dict[str, str] = {}
     for domain in domains:
+        problem = domain.structure_problem()
+        if problem is not None:
+            raise InterlockError(problem[1], file=source, item=domain.id, field=problem[0])
         if domain.id in seen_ids:
             raise InterlockError("duplicate domain id", file=source, item=domain.id, field="id")
         seen_ids.add(domain.id)

@@ -101,9 +101,10 @@ class CompletionGraph:
         for edge in self.edges:
             if edge.kind not in expected:
                 fail(f"edge {edge.edge_id} has unknown kind {edge.kind!r}", "kind")
-            for end, want in zip((edge.source, edge.target), expected[edge.kind], strict=True):
+            for end, want, end_field in zip((edge.source, edge.target), expected[edge.kind],
+                                            ("source", "target"), strict=True):
                 if end not in self.by_id:
-                    fail(f"edge {edge.edge_id} refers to missing node {end!r}", "source")
+                    fail(f"edge {edge.edge_id} refers to missing node {end!r}", end_field)
                 if self.by_id[end].kind != want:
                     fail(f"{edge.kind} edge {edge.edge_id} must join {expected[edge.kind][0]} -> "
                          f"{expected[edge.kind][1]}", "kind")

@@ -128,6 +128,10 @@ def open_table(path: Path | str, schema: pa.Schema) -> pq.ParquetFile:
     return handle
 
 
+def count_rows(path: Path | str, schema: pa.Schema) -> int:
+    return open_table(path, schema).metadata.num_rows
+
+
 def read_rows(path: Path | str, schema: pa.Schema) -> list[dict]:
     return [row for group in iter_row_groups(path, schema) for row in group]
 

@@ -9,7 +9,6 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from interlock import schemas
@@ -19,6 +18,7 @@ from interlock.errors import InterlockError
 from interlock.graph import CompletionGraph, build_graph, graph_rows, graphs_from_rows
 from interlock.io import (
     batched,
+    count_rows,
     dumps,
     iter_aligned,
     iter_row_groups,
@@ -105,7 +105,7 @@ def iter_blueprints(path: Path, catalog: Catalog) -> Iterator[list[Blueprint]]:
 
 def run_graphs(domains_path: Path, blueprints_path: Path, out: Path) -> int:
     catalog = load_domains(domains_path)
-    total = pq.ParquetFile(blueprints_path).metadata.num_rows
+    total = count_rows(blueprints_path, schemas.BLUEPRINTS)
     count = 0
     with write_table_set(out, schemas.GRAPH_TABLES) as tables, _progress(total, "graphs") as bar:
         for batch in iter_blueprints(blueprints_path, catalog):
@@ -138,7 +138,7 @@ def build_pack(graph: CompletionGraph, domain: Domain) -> TaskPack:
 
 def run_packs(domains_path: Path, graphs_dir: Path, out: Path) -> int:
     catalog = load_domains(domains_path)
-    total = pq.ParquetFile(graphs_dir / "tasks.parquet").metadata.num_rows
+    total = count_rows(graphs_dir / "tasks.parquet", schemas.GRAPH_TABLES["tasks"])
     count = 0
     with write_table_set(out, schemas.PACK_TABLES) as tables, _progress(total, "packs") as bar:
         for graphs in iter_graphs(graphs_dir):
@@ -180,7 +180,7 @@ def review_pack(graph: CompletionGraph, pack: TaskPack) -> dict[str, list[dict]]
 
 def run_review(graphs_dir: Path, packs_dir: Path, out: Path) -> dict:
     """Write the review reports and the statically admitted tasks; return summary metrics."""
-    total = pq.ParquetFile(packs_dir / "tasks.parquet").metadata.num_rows
+    total = count_rows(packs_dir / "tasks.parquet", schemas.PACK_TABLES["tasks"])
     summary: dict[str, Counter] = {}
     with write_table_set(out, schemas.REVIEW_TABLES) as tables, _progress(total, "review") as bar:
         for graphs, packs in zip(iter_graphs(graphs_dir), iter_packs(packs_dir), strict=True):

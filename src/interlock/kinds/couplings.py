@@ -114,6 +114,10 @@ class AllOrNone(CouplingKind):
         "of them are {fallback}."
     )
 
+    def rule(self, params, words):
+        """A bundle has no order, so its clause names no date."""
+        return {k: v for k, v in super().rule(params, words).items() if k != "date"}
+
     def holds(self, outcomes, rule):
         return len({o.fallback for o in outcomes}) <= 1
 

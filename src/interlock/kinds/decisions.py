@@ -88,7 +88,7 @@ class LimitApproval(DecisionKind):
         amounts = sorted(_int(r, domain.case.amount) for r in rows)
         cut = rng.randint(max(1, len(amounts) // 2), len(amounts))
         upper = amounts[cut] if cut < len(amounts) else amounts[-1] + 500
-        return {"limit": rng.randint(amounts[cut - 1], upper - 1)}
+        return {"limit": rng.randint(amounts[cut - 1], max(amounts[cut - 1], upper - 1))}
 
     def rule(self, domain, params):
         return {**super().rule(domain, params), "positive": domain.decision.positive,
