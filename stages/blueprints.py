@@ -1,23 +1,20 @@
 """Stage `blueprints`: seeded task blueprints per domain, split into disjoint pools."""
 
-from pathlib import Path
-
 from common import run_stage
 
+from interlock.artifacts import Artifacts
 from interlock.config import Params
-from interlock.pipeline import StageTimer, run_blueprints
+from interlock.pipeline import run_blueprints
 
 
-def main(params: Params, data: Path) -> None:
+def main(params: Params, data: Artifacts) -> None:
     scale = params.scale
-    with StageTimer(Path("metrics/timing/blueprints.json")):
-        counts = run_blueprints(
-            data / "domains.parquet", data / "blueprints.parquet", seed=params.seed,
-            train_domains=scale.train_domains, heldout_domains=scale.heldout_domains,
-            tasks_per_domain=scale.tasks_per_domain, size=scale.task_size.build(),
-            row_group_tasks=scale.row_group_tasks)
+    counts = run_blueprints(
+        data.domains, data.blueprints, seed=params.seed, train_domains=scale.train_domains,
+        heldout_domains=scale.heldout_domains, tasks_per_domain=scale.tasks_per_domain,
+        size=scale.task_size.build(), row_group_tasks=scale.row_group_tasks)
     print("blueprints: " + ", ".join(f"{pool} {n}" for pool, n in sorted(counts.items())))
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage("blueprints", main)

@@ -1,18 +1,15 @@
 """Stage `graphs`: one completion graph per blueprint (nodes, edges, hyperedges)."""
 
-from pathlib import Path
-
 from common import run_stage
 
+from interlock.artifacts import Artifacts
 from interlock.config import Params
-from interlock.pipeline import StageTimer, run_graphs
+from interlock.pipeline import run_graphs
 
 
-def main(params: Params, data: Path) -> None:
-    with StageTimer(Path("metrics/timing/graphs.json")):
-        count = run_graphs(data / "domains.parquet", data / "blueprints.parquet", data / "graphs")
-    print(f"graphs: {count}")
+def main(params: Params, data: Artifacts) -> None:
+    print(f"graphs: {run_graphs(data.domains, data.blueprints, data.graphs)}")
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage("graphs", main)

@@ -2,9 +2,7 @@
 
 `dvc repro` never composes: stages read the committed params.yaml. So params.yaml must be
 exactly what DVC's Hydra integration (`dvc exp run`) would write for the default choices.
-To regenerate it after changing conf/:
-
-    .venv/bin/python -c "import tests.test_config as t; t.write_params()"
+To regenerate it after changing conf/: `interlock params`.
 """
 
 from __future__ import annotations
@@ -15,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+
+from interlock.config import Params, compose_params, params_text
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -27,16 +25,7 @@ DOMAIN_OPTIONS = ["d4", "d8", "d16", "d32", "d64", "d128"]
 
 
 def compose_config(overrides: list[str] | None = None) -> dict:
-    """Compose conf/ the way DVC does (initialize_config_dir + compose, then resolve)."""
-    with initialize_config_dir(version_base=None, config_dir=str(CONF)):
-        cfg = compose(config_name="config", overrides=overrides or [])
-    OmegaConf.resolve(cfg)
-    return cfg
-
-
-def write_params() -> None:
-    """Write params.yaml as `dvc exp run` would (OmegaConf.to_yaml of the composed default)."""
-    PARAMS.write_text(OmegaConf.to_yaml(compose_config()), encoding="utf-8")
+    return compose_params(CONF, overrides)
 
 
 def _options(group: str) -> list[str]:
@@ -44,17 +33,16 @@ def _options(group: str) -> list[str]:
 
 
 def test_params_yaml_is_composed_default() -> None:
-    composed = OmegaConf.to_container(compose_config(), resolve=True)
+    composed = compose_config()
     committed = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
     assert committed == composed, (
-        "params.yaml differs from the composed default of conf/; regenerate it with "
-        '`.venv/bin/python -c "import tests.test_config as t; t.write_params()"`'
+        "params.yaml differs from the composed default of conf/; regenerate it with `interlock params`"
     )
 
 
 def test_params_yaml_text_matches_dvc_dump() -> None:
     # Byte-for-byte what DVC writes, so that `dvc exp run` with no overrides changes nothing.
-    assert PARAMS.read_text(encoding="utf-8") == OmegaConf.to_yaml(compose_config())
+    assert PARAMS.read_text(encoding="utf-8") == params_text(compose_config())
 
 
 def test_scale_options_are_the_expected_ones() -> None:
@@ -68,28 +56,28 @@ def test_domains_options_are_the_expected_ones() -> None:
 @pytest.mark.parametrize("option", sorted(SCALE_TRAIN_DOMAINS))
 def test_scale_option_composes(option: str) -> None:
     cfg = compose_config([f"scale={option}"])
-    scale = cfg.scale
+    scale = Params.model_validate(cfg).scale  # the stages accept it
     assert scale.name == option
     assert scale.train_domains == SCALE_TRAIN_DOMAINS[option]
     assert scale.heldout_domains > 0
     assert set(scale.tasks_per_domain) == {"demo", "rft", "dev", "benchmark"}
-    assert set(scale.task_size) == {"decisions", "effects_per_decision", "couplings", "distractors"}
+    assert set(scale.task_size.model_dump()) == {"decisions", "effects_per_decision", "couplings",
+                                                 "distractors"}
     assert all(isinstance(v, int) and v > 0 for v in scale.tasks_per_domain.values())
-    assert all(isinstance(v, int) and v >= 0 for v in scale.task_size.values())
+    assert all(isinstance(v, int) and v >= 0 for v in scale.task_size.model_dump().values())
     assert scale.row_group_tasks > 0
     # Choosing a scale leaves the other groups and top-level keys at their defaults.
-    assert cfg.domains.name == "d16"
-    assert cfg.seed == 20261129
+    assert cfg["domains"]["name"] == "d16"
+    assert cfg["seed"] == 20261129
 
 
 @pytest.mark.parametrize("option", DOMAIN_OPTIONS)
 def test_domains_option_composes(option: str) -> None:
     cfg = compose_config([f"domains={option}"])
-    assert cfg.domains.name == option
-    assert cfg.domains.count == int(re.fullmatch(r"d(\d+)", option).group(1))
+    assert cfg["domains"]["name"] == option
+    assert cfg["domains"]["count"] == int(re.fullmatch(r"d(\d+)", option).group(1))
     # `domains` must not change anything the synthesis stages read.
-    default = compose_config()
-    assert cfg.scale == default.scale
+    assert cfg["scale"] == compose_config()["scale"]
 
 
 def test_dvc_hydra_integration_enabled() -> None:

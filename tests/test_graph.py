@@ -111,4 +111,4 @@ def _mean_oracle_calls(catalog, scale: str) -> float:
 
 def test_paper_tasks_take_at_least_25_tool_calls_and_default_tasks_stay_small(catalog):
     assert _mean_oracle_calls(catalog, "paper") >= 25
-    assert _mean_oracle_calls(catalog, "default") <= 14
+    assert _mean_oracle_calls(catalog, "default") <= 11

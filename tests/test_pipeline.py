@@ -12,10 +12,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from interlock import schemas
+from interlock.config import write_params
 from interlock.errors import InterlockError
 from interlock.io import read_rows
 from interlock.pipeline import run_graphs
@@ -47,10 +46,7 @@ def smoke_repo(tmp_path_factory) -> Path:
         if (REPO / name).is_file() and not name.startswith(("data/", "metrics/")) and name != "dvc.lock":
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, root / name)
-    with initialize_config_dir(version_base=None, config_dir=str(root / "conf")):
-        smoke = compose(config_name="config", overrides=["scale=smoke", "domains=d4"])
-    params = OmegaConf.to_container(smoke)
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    write_params(root / "conf", root / "params.yaml", ["scale=smoke", "domains=d4"])
     _run(["git", "init", "-q"], root)
     _run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"], root)
     _run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "smoke"], root)

@@ -76,3 +76,35 @@ def load_params(path: Path | str = "params.yaml") -> Params:
         raise InterlockError(error["msg"], file=str(path), item="params", field=field) from None
     except InterlockError as exc:
         raise InterlockError(exc.reason, file=str(path), item="scale.task_size", field=exc.field) from None
+
+
+def compose_params(conf_dir: Path | str = "conf", overrides: list[str] | None = None) -> dict:
+    """Compose ``conf/`` the way DVC's Hydra integration does for ``dvc exp run -S ...``."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(version_base=None, config_dir=str(Path(conf_dir).resolve())):
+            config = compose(config_name="config", overrides=overrides or [])
+        OmegaConf.resolve(config)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise InterlockError(str(exc).splitlines()[0], file=str(conf_dir),
+                             field=" ".join(overrides or []) or None) from None
+    return OmegaConf.to_container(config)
+
+
+def params_text(params: dict) -> str:
+    """The YAML text DVC writes for composed parameters (so the two never differ by a byte)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(OmegaConf.create(params))
+
+
+def write_params(conf_dir: Path | str = "conf", path: Path | str = "params.yaml",
+                 overrides: list[str] | None = None) -> dict:
+    """Regenerate ``params.yaml`` from ``conf/`` (what ``dvc repro`` will then read)."""
+    params = compose_params(conf_dir, overrides)
+    Path(path).write_text(params_text(params), encoding="utf-8")
+    return params

@@ -50,7 +50,11 @@ class MemoryStore:
         return self.contents.get(clean_path(path))
 
     def write(self, path: str, text: str) -> None:
-        self.contents[clean_path(path)] = text
+        relative = clean_path(path)
+        if relative == "." or any(f.startswith(f"{relative}/") or relative.startswith(f"{f}/")
+                                  for f in self.contents):
+            raise PathRefused(f"{path!r} is a folder or lies under a file")
+        self.contents[relative] = text
 
     def files(self) -> list[str]:
         return sorted(self.contents)
@@ -77,14 +81,14 @@ class DirectoryStore:
         target = self.resolve(path)
         if not target.is_file():
             return None
-        return target.read_text(encoding="utf-8", errors="replace")
+        return target.read_bytes().decode("utf-8", errors="replace")  # newlines as written
 
     def write(self, path: str, text: str) -> None:
         target = self.resolve(path)
         if target.is_symlink():
             raise PathRefused(f"{path!r} is a link; links are never written through")
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        target.write_bytes(text.encode("utf-8"))  # encode first: a bad text truncates nothing
 
     def files(self) -> list[str]:
         found = []
@@ -198,6 +202,9 @@ def execute(store: Store, call: ToolCall) -> ToolResult:
         return _TOOLS[call.name](store, **args)
     except PathRefused as exc:
         return ToolResult(False, f"error: {exc}")
+    except (OSError, ValueError) as exc:  # what the disk refuses: a folder, a file in the way, bad text
+        reason = getattr(exc, "strerror", None) or exc
+        return ToolResult(False, f"error: cannot {call.name} {args.get('path')!r}: {reason}")
 
 
 def _list_files(store: Store, path: str = ".") -> ToolResult:

@@ -1,0 +1,510 @@
+"""Executable checks: each op on hand-built workspaces, then the controls on real packs.
+
+Controls (as RST and Repo2RLEnv do): on the oracle's final workspace every check passes; on the
+untouched initial workspace every check that needs work fails (guards hold on both).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from interlock.blueprints import TaskSize, make_blueprint, stable_seed
+from interlock.checks import View, realization_check, run_check, same, sha
+from interlock.graph import build_graph
+from interlock.kinds.couplings import COUPLING_KINDS
+from interlock.kinds.effects import REGISTER_PATH, Realization, document_text
+from interlock.oracle import replay
+from interlock.pipeline import build_pack
+from interlock.workspace import MemoryStore, ToolCall, execute, format_csv, materialize
+
+CASES = "id,employee,amount,status\nC-1,Ana Okafor,420,pending\nC-2,Ben Moreau,150,pending\n" \
+        "C-0,Old Case,99,closed\n"
+FILES = {
+    "REQUEST.md": "# Payroll close\n\nProcess every refund request...\n",
+    "policies/payroll.md": "# Payroll policy\n\n- **P-1.** A refund is approved when ...\n",
+    "payroll/requests.csv": CASES,
+    REGISTER_PATH: "case_id,outcome,basis\n",
+    "ledger/gross.csv": "case_id,account,amount\n",
+    "payments/refunds.jsonl": "",
+}
+
+LEDGER = Realization("append_csv", "ledger/gross.csv", "C-1",
+                     {"case_id": "C-1", "account": "6100", "amount": "420"})
+PAYMENT = Realization("append_jsonl", "payments/refunds.jsonl", "C-1",
+                      {"case_id": "C-1", "payee": "Ana Okafor", "amount": "420"})
+STATUS = Realization("update_csv", "payroll/requests.csv", "C-1", {"status": "approved"})
+LETTER = Realization("write_file", "letters/C-1.md", "C-1", {"Case": "C-1", "Outcome": "approved"})
+REALIZATIONS = {"ledger": LEDGER, "payment": PAYMENT, "status": STATUS, "letter": LETTER}
+
+
+_dirs = itertools.count()
+
+
+@pytest.fixture(params=["memory", "directory"])
+def view_of(request, tmp_path: Path):
+    """Turns workspace contents into a View, in memory or on disk (checks must agree)."""
+    def make(files: dict[str, str]) -> View:
+        if request.param == "memory":
+            return View(MemoryStore(files))
+        return View(materialize(files, tmp_path / f"ws{next(_dirs)}"))
+    return make
+
+
+def _apply(files: dict[str, str], *calls: ToolCall) -> dict[str, str]:
+    store = MemoryStore(files)
+    for call in calls:
+        result = execute(store, call)
+        assert result.ok, result.output
+    return store.contents
+
+
+def _append(path: str, record: dict) -> ToolCall:
+    return ToolCall("append_record", {"path": path, "record": record})
+
+
+def _register(*entries: tuple[str, str]) -> dict[str, str]:
+    rows = [{"case_id": case, "outcome": outcome, "basis": "P-1"} for case, outcome in entries]
+    return {**FILES, REGISTER_PATH: format_csv(["case_id", "outcome", "basis"], rows)}
+
+
+# ----------------------------------------------------------------------------- same()
+
+@pytest.mark.parametrize(("actual", "expected"), [
+    ("420", "420.00"), (420, "420.0"), (" Approved ", "approved"), ("C-1", "c-1"), ("0.5", ".5"),
+    ("2026-10-05", "2026-10-05"),
+])
+def test_same_normalises_case_space_and_numbers(actual, expected) -> None:
+    assert same(actual, expected) and same(expected, actual)
+
+
+@pytest.mark.parametrize(("actual", "expected"), [
+    ("420", "421"), ("", "0"), ("approved", "approve"), ("420", "420 EUR"), (None, ""),
+    ("2026-10-05", "2026-10-06"),
+])
+def test_same_tells_different_values_apart(actual, expected) -> None:
+    assert not same(actual, expected) and not same(expected, actual)
+
+
+# ----------------------------------------------------------------------------- record / document
+
+@pytest.mark.parametrize("name", sorted(REALIZATIONS))
+def test_realization_check_fails_before_and_passes_after_its_tool_call(view_of, name: str) -> None:
+    realization = REALIZATIONS[name]
+    spec = realization_check(realization)
+    passed, evidence = run_check(spec, view_of(FILES))
+    assert not passed and realization.path in evidence
+    passed, evidence = run_check(spec, view_of(_apply(FILES, realization.tool_call())))
+    assert passed, evidence
+
+
+def test_realization_check_shapes() -> None:
+    assert realization_check(LEDGER) == {"op": "record", "path": "ledger/gross.csv", "format": "csv",
+                                         "key_field": "case_id", "key": "C-1", "expect": LEDGER.fields}
+    assert realization_check(PAYMENT)["format"] == "jsonl"
+    assert realization_check(STATUS)["key_field"] == "id"
+    assert realization_check(LETTER) == {"op": "document", "path": "letters/C-1.md",
+                                         "lines": LETTER.fields}
+
+
+@pytest.mark.parametrize("name", ["ledger", "payment"])
+def test_record_needs_exactly_one_match(view_of, name: str) -> None:
+    realization = REALIZATIONS[name]
+    spec = realization_check(realization)
+    twice = _apply(FILES, realization.tool_call(), realization.tool_call())
+    passed, evidence = run_check(spec, view_of(twice))
+    assert not passed and "2 records" in evidence
+    other = {**realization.fields, "case_id": "C-2"}
+    passed, evidence = run_check(spec, view_of(_apply(FILES, _append(realization.path, other))))
+    assert not passed and "0 records" in evidence
+    both = _apply(FILES, _append(realization.path, other), realization.tool_call())
+    assert run_check(spec, view_of(both))[0]
+
+
+@pytest.mark.parametrize("amount", ["420.00", 420, 420.0, " 420 ", "4.2e2"])
+def test_record_normalises_numbers_csv(view_of, amount) -> None:
+    files = _apply(FILES, _append("ledger/gross.csv", {**LEDGER.fields, "amount": amount}))
+    passed, evidence = run_check(realization_check(LEDGER), view_of(files))
+    assert passed, evidence
+
+
+@pytest.mark.parametrize("amount", ["420.00", 420, 420.0])
+def test_record_normalises_numbers_jsonl(view_of, amount) -> None:
+    files = _apply(FILES, _append("payments/refunds.jsonl", {**PAYMENT.fields, "amount": amount}))
+    passed, evidence = run_check(realization_check(PAYMENT), view_of(files))
+    assert passed, evidence
+
+
+@pytest.mark.parametrize("name", ["ledger", "payment"])
+def test_record_with_a_wrong_field_names_it(view_of, name: str) -> None:
+    realization = REALIZATIONS[name]
+    files = _apply(FILES, _append(realization.path, {**realization.fields, "amount": "421"}))
+    passed, evidence = run_check(realization_check(realization), view_of(files))
+    assert not passed and "amount" in evidence and "421" in evidence and "420" in evidence
+
+
+def test_record_jsonl_missing_field_and_malformed_lines(view_of) -> None:
+    spec = realization_check(PAYMENT)
+    partial = {k: v for k, v in PAYMENT.fields.items() if k != "payee"}
+    passed, evidence = run_check(spec, view_of(_apply(FILES, _append(PAYMENT.path, partial))))
+    assert not passed and "payee" in evidence
+    noisy = {**FILES, PAYMENT.path: "not json\n" + json.dumps(PAYMENT.fields) + "\n[1]\n"}
+    passed, evidence = run_check(spec, view_of(noisy))
+    assert passed, evidence
+
+
+def test_record_status_update_only_counts_the_right_row(view_of) -> None:
+    spec = realization_check(STATUS)
+    wrong_row = _apply(FILES, ToolCall("update_record", {"path": STATUS.path, "id": "C-2",
+                                                         "fields": {"status": "approved"}}))
+    passed, evidence = run_check(spec, view_of(wrong_row))
+    assert not passed and "status" in evidence and "pending" in evidence
+
+
+def test_record_missing_file(view_of) -> None:
+    files = {k: v for k, v in FILES.items() if k != "ledger/gross.csv"}
+    passed, evidence = run_check(realization_check(LEDGER), view_of(files))
+    assert not passed and "ledger/gross.csv is missing" in evidence
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    (document_text(LETTER.fields), True),
+    ("case: C-1\nOUTCOME:  Approved \n", True),
+    ("# Letter\n\nDear Ana,\nCase: C-1\nOutcome: approved\nRegards\n", True),
+    ("Case: C-1\nOutcome: rejected\n", False),
+    ("Case: C-1\n", False),
+    ("Case: C-2\nOutcome: approved\n", False),
+    ("Case C-1, Outcome approved\n", False),
+    ("", False),
+])
+def test_document_lines(view_of, text: str, ok: bool) -> None:
+    passed, evidence = run_check(realization_check(LETTER), view_of({**FILES, LETTER.path: text}))
+    assert passed is ok, evidence
+    if not ok:
+        assert LETTER.path in evidence
+
+
+def test_document_missing(view_of) -> None:
+    passed, evidence = run_check(realization_check(LETTER), view_of(FILES))
+    assert not passed and "letters/C-1.md is missing" in evidence
+
+
+def test_unknown_op_fails() -> None:
+    view = View(MemoryStore(FILES))
+    assert run_check({"op": "magic"}, view) == (False, "unknown check op 'magic'")
+    assert not run_check({}, view)[0]
+
+
+# ----------------------------------------------------------------------------- coupling
+
+_SLOTS = {"2026-10-05": None, "2026-10-06": None}
+#: kind -> (rule, allowed outcomes per member, a passing register, a violating register)
+COUPLINGS = {
+    "total_cap": ({"cap": 500}, {"C-1": {"approved": 420}, "C-2": {"approved": 150}},
+                  [("C-1", "approved"), ("C-2", "rejected")], [("C-1", "approved"), ("C-2", "approved")]),
+    "count_cap": ({"k": 1}, {"C-1": {"approved": 420}, "C-2": {"approved": 150}},
+                  [("C-1", "rejected"), ("C-2", "Approved")], [("C-1", "approved"), ("C-2", "approved")]),
+    "value_capacity": ({"k": 1}, {"C-1": _SLOTS, "C-2": _SLOTS},
+                       [("C-1", "2026-10-05"), ("C-2", "2026-10-06")],
+                       [("C-1", "2026-10-05"), ("C-2", "2026-10-05")]),
+    "all_or_none": ({}, {"C-1": {"approved": 420}, "C-2": {"approved": 150}},
+                    [("C-1", "approved"), ("C-2", "approved")], [("C-1", "approved"), ("C-2", "rejected")]),
+}
+
+
+def _coupling_spec(kind: str) -> dict:
+    rule, members, _, _ = COUPLINGS[kind]
+    return {"op": "coupling", "path": REGISTER_PATH, "kind": kind, "rule": rule, "fallback": "rejected",
+            "members": members}
+
+
+def test_every_coupling_kind_is_covered() -> None:
+    assert set(COUPLINGS) == set(COUPLING_KINDS)
+
+
+@pytest.mark.parametrize("kind", sorted(COUPLINGS))
+def test_coupling_passing_register(view_of, kind: str) -> None:
+    passed, evidence = run_check(_coupling_spec(kind), view_of(_register(*COUPLINGS[kind][2])))
+    assert passed, evidence
+    assert kind in evidence
+
+
+@pytest.mark.parametrize("kind", sorted(COUPLINGS))
+def test_coupling_violating_register(view_of, kind: str) -> None:
+    passed, evidence = run_check(_coupling_spec(kind), view_of(_register(*COUPLINGS[kind][3])))
+    assert not passed and f"{kind} violated" in evidence
+
+
+def test_total_cap_boundary(view_of) -> None:
+    spec = {**_coupling_spec("total_cap"), "rule": {"cap": 570}}
+    assert run_check(spec, view_of(_register(("C-1", "approved"), ("C-2", "approved"))))[0]
+    spec = {**spec, "rule": {"cap": 569}}
+    assert not run_check(spec, view_of(_register(("C-1", "approved"), ("C-2", "approved"))))[0]
+
+
+@pytest.mark.parametrize("kind", sorted(COUPLINGS))
+def test_coupling_all_fallback_register_passes(view_of, kind: str) -> None:
+    spec = _coupling_spec(kind)
+    assert run_check(spec, view_of(_register(("C-1", "rejected"), ("C-2", "REJECTED"))))[0]
+
+
+@pytest.mark.parametrize(("entries", "words"), [
+    ([("C-1", "approved")], ["0 decisions", "C-2"]),
+    ([("C-1", "approved"), ("C-2", "rejected"), ("C-2", "approved")], ["2 decisions", "C-2"]),
+    ([("C-1", "maybe"), ("C-2", "rejected")], ["C-1", "maybe", "not one the policy allows"]),
+])
+def test_coupling_register_problems(view_of, entries, words) -> None:
+    passed, evidence = run_check(_coupling_spec("total_cap"), view_of(_register(*entries)))
+    assert not passed
+    for word in words:
+        assert word in evidence
+
+
+def test_coupling_missing_register(view_of) -> None:
+    files = {k: v for k, v in FILES.items() if k != REGISTER_PATH}
+    passed, evidence = run_check(_coupling_spec("all_or_none"), view_of(files))
+    assert not passed and REGISTER_PATH in evidence
+
+
+# ----------------------------------------------------------------------------- no collateral
+
+def _rows_of(text: str) -> dict[str, dict[str, str]]:
+    header, *lines = text.splitlines()
+    columns = header.split(",")
+    return {line.split(",")[0]: dict(zip(columns, line.split(","), strict=True)) for line in lines}
+
+
+NO_COLLATERAL = {
+    "op": "no_collateral",
+    "unchanged": {"REQUEST.md": sha(FILES["REQUEST.md"]),
+                  "policies/payroll.md": sha(FILES["policies/payroll.md"])},
+    "tables": {"payroll/requests.csv": {"rows": _rows_of(CASES),
+                                        "mutable": {"C-1": ["status"], "C-2": ["status"]}}},
+    "appends": {
+        REGISTER_PATH: {"prefix": FILES[REGISTER_PATH], "format": "csv", "initial_records": 0,
+                        "allowed": ["C-1", "C-2"]},
+        "ledger/gross.csv": {"prefix": FILES["ledger/gross.csv"], "format": "csv", "initial_records": 0,
+                             "allowed": ["C-1", "C-2"]},
+        "payments/refunds.jsonl": {"prefix": "", "format": "jsonl", "initial_records": 0,
+                                   "allowed": ["C-1", "C-2"]},
+    },
+    "folders": {"letters": ["C-1.md", "C-2.md"]},
+}
+
+WORK = [
+    _append(REGISTER_PATH, {"case_id": "C-1", "outcome": "approved", "basis": "P-1"}),
+    _append(REGISTER_PATH, {"case_id": "C-2", "outcome": "rejected", "basis": "P-2"}),
+    STATUS.tool_call(),
+    ToolCall("update_record", {"path": "payroll/requests.csv", "id": "C-2",
+                               "fields": {"status": "rejected"}}),
+    LEDGER.tool_call(), PAYMENT.tool_call(), LETTER.tool_call(),
+]
+
+
+def test_no_collateral_holds_before_and_after_legitimate_work(view_of) -> None:
+    assert run_check(NO_COLLATERAL, view_of(FILES)) == (True, "no collateral changes")
+    passed, evidence = run_check(NO_COLLATERAL, view_of(_apply(FILES, *WORK)))
+    assert passed, evidence
+
+
+def _without(path: str):
+    return lambda files: {k: v for k, v in files.items() if k != path}
+
+
+def _with(path: str, text: str):
+    return lambda files: {**files, path: text}
+
+
+def _calls(*calls: ToolCall):
+    return lambda files: _apply(files, *calls)
+
+
+DAMAGE = {
+    "protected file changed": (_with("policies/payroll.md", FILES["policies/payroll.md"] + "- P-9 new\n"),
+                               "policies/payroll.md changed"),
+    "request changed": (_with("REQUEST.md", FILES["REQUEST.md"].replace("every", "some")),
+                        "REQUEST.md changed"),
+    "protected file deleted": (_without("policies/payroll.md"), "policies/payroll.md deleted"),
+    "non-mutable column changed": (
+        _calls(ToolCall("update_record", {"path": "payroll/requests.csv", "id": "C-1",
+                                          "fields": {"amount": "400"}})),
+        "payroll/requests.csv C-1: amount changed"),
+    "status of a case nobody decides changed": (
+        _calls(ToolCall("update_record", {"path": "payroll/requests.csv", "id": "C-0",
+                                          "fields": {"status": "approved"}})),
+        "payroll/requests.csv C-0: status changed"),
+    "row added to a table": (
+        _calls(_append("payroll/requests.csv", {"id": "C-9", "employee": "X", "amount": "1",
+                                                "status": "pending"})),
+        "payroll/requests.csv: rows added, removed or duplicated"),
+    "row removed from a table": (
+        _with("payroll/requests.csv", CASES.replace("C-2,Ben Moreau,150,pending\n", "")),
+        "payroll/requests.csv: rows added, removed or duplicated"),
+    "row duplicated in a table": (_with("payroll/requests.csv", CASES + "C-2,Ben Moreau,150,pending\n"),
+                                  "payroll/requests.csv: rows added, removed or duplicated"),
+    "table deleted": (_without("payroll/requests.csv"), "payroll/requests.csv deleted"),
+    "stray csv record for an unknown case": (
+        _calls(_append("ledger/gross.csv", {"case_id": "C-9", "account": "6100", "amount": "1"})),
+        "ledger/gross.csv: records for ['C-9']"),
+    "stray register entry for a closed case": (
+        _calls(_append(REGISTER_PATH, {"case_id": "C-0", "outcome": "approved", "basis": "P-1"})),
+        f"{REGISTER_PATH}: records for ['C-0']"),
+    "stray jsonl record for an unknown case": (
+        _calls(_append("payments/refunds.jsonl", {"case_id": "C-9", "amount": "1"})),
+        "payments/refunds.jsonl: records for ['C-9']"),
+    "jsonl record without a case": (_with("payments/refunds.jsonl", "garbage\n"),
+                                    "payments/refunds.jsonl: records for [None]"),
+    "append target rewritten": (_with("ledger/gross.csv", "case_id,account,amount,note\n"),
+                                "ledger/gross.csv: initial content rewritten"),
+    "append target deleted": (_without("ledger/gross.csv"), "ledger/gross.csv: initial content deleted"),
+    "stray file in a document folder": (_with("letters/C-9.md", "Case: C-9\n"),
+                                        "letters: files ['C-9.md']"),
+    "stray nested file in a document folder": (_with("letters/drafts/C-1.md", "x"),
+                                               "letters: files ['drafts/C-1.md']"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DAMAGE))
+def test_no_collateral_detects_damage(view_of, name: str) -> None:
+    damage, words = DAMAGE[name]
+    for base in (FILES, _apply(FILES, *WORK)):  # on its own, and hidden among legitimate work
+        passed, evidence = run_check(NO_COLLATERAL, view_of(damage(base)))
+        assert not passed and words in evidence, evidence
+
+
+def test_no_collateral_reports_every_problem(view_of) -> None:
+    files = DAMAGE["protected file changed"][0](FILES)
+    files = DAMAGE["stray file in a document folder"][0](files)
+    files = DAMAGE["non-mutable column changed"][0](files)
+    passed, evidence = run_check(NO_COLLATERAL, view_of(files))
+    assert not passed
+    for name in ("protected file changed", "stray file in a document folder", "non-mutable column changed"):
+        assert DAMAGE[name][1] in evidence
+
+
+# ----------------------------------------------------------------------------- controls on real packs
+
+def _calls_of(pack) -> list[ToolCall]:
+    steps = sorted(pack.reference, key=lambda s: s["step"])
+    return [ToolCall(s["tool"], json.loads(s["arguments"])) for s in steps]
+
+
+def _oracle(pack) -> MemoryStore:
+    steps, final = replay(pack.files, _calls_of(pack))
+    assert all(step["ok"] for step in steps), [s for s in steps if not s["ok"]]
+    return final
+
+
+def _results(pack, view: View) -> dict[str, tuple[bool, str]]:
+    return {c.criterion_id: run_check(pack.checks[c.criterion_id], view) for c in pack.rubric}
+
+
+def test_fixture_covers_every_coupling_kind(tasks) -> None:
+    kinds = {h.kind for _, _, graph, _ in tasks for h in graph.hyperedges}
+    assert kinds == set(COUPLING_KINDS)
+
+
+def test_every_check_passes_on_the_oracle_workspace(tasks) -> None:
+    for _, _, _, pack in tasks:
+        assert _calls_of(pack)[-1] == ToolCall("submit", {})
+        failing = {cid: ev for cid, (ok, ev) in _results(pack, View(_oracle(pack))).items() if not ok}
+        assert not failing, (pack.task_id, failing)
+
+
+def test_every_non_guard_check_fails_on_the_initial_workspace(tasks) -> None:
+    for _, _, _, pack in tasks:
+        results = _results(pack, View(MemoryStore(pack.files)))
+        kinds = {c.kind for c in pack.rubric}
+        assert {"primary", "grounding", "realization", "coupling", "no_collateral"} <= kinds
+        for criterion in pack.rubric:
+            passed, evidence = results[criterion.criterion_id]
+            assert passed is criterion.guard, (pack.task_id, criterion, evidence)
+
+
+def test_checks_agree_on_disk_and_in_memory(tasks, tmp_path: Path) -> None:
+    for index, (_, _, _, pack) in enumerate(tasks):
+        final = _oracle(pack)
+        for state, files in (("initial", pack.files), ("oracle", final.contents)):
+            disk = materialize(files, tmp_path / f"{index}-{state}")
+            assert _results(pack, View(disk)) == _results(pack, View(MemoryStore(files)))
+
+
+def test_each_dropped_realization_fails_exactly_its_criterion(tasks) -> None:
+    for _, _, _, pack in tasks:
+        calls = _calls_of(pack)
+        kinds = {c.criterion_id: c for c in pack.rubric}
+        for position, call in enumerate(calls):
+            if call.name not in {"append_record", "update_record", "write_file"} \
+                    or call.arguments["path"] == REGISTER_PATH:
+                continue
+            _, final = replay(pack.files, calls[:position] + calls[position + 1:])
+            failing = [cid for cid, (ok, _) in _results(pack, View(final)).items() if not ok]
+            assert len(failing) == 1, (pack.task_id, call, failing)
+            assert kinds[failing[0]].kind == "realization" and kinds[failing[0]].mandatory
+
+
+def test_dropped_register_entry_fails_its_primary_criterion(tasks) -> None:
+    for _, _, _, pack in tasks:
+        calls = _calls_of(pack)
+        position = next(i for i, c in enumerate(calls) if c.arguments.get("path") == REGISTER_PATH)
+        case_id = calls[position].arguments["record"]["case_id"]
+        _, final = replay(pack.files, calls[:position] + calls[position + 1:])
+        results = _results(pack, View(final))
+        failing = {c.kind for c in pack.rubric if not results[c.criterion_id][0]}
+        assert {"primary", "grounding", "coupling"} <= failing, (pack.task_id, case_id, failing)
+        assert "realization" not in failing and "no_collateral" not in failing
+
+
+def test_wrong_outcome_in_the_register_is_caught(tasks) -> None:
+    for _, _, _, pack in tasks:
+        calls = _calls_of(pack)
+        position = next(i for i, c in enumerate(calls) if c.arguments.get("path") == REGISTER_PATH)
+        record = calls[position].arguments["record"]
+        wrong = "not-an-outcome" if record["outcome"] != "not-an-outcome" else "other"
+        calls[position] = ToolCall("append_record", {"path": REGISTER_PATH,
+                                                     "record": {**record, "outcome": wrong}})
+        _, final = replay(pack.files, calls)
+        results = _results(pack, View(final))
+        failing = {c.kind for c in pack.rubric if not results[c.criterion_id][0]}
+        assert "primary" in failing and "coupling" in failing, (pack.task_id, failing)
+
+
+def test_collateral_damage_to_real_packs_is_caught(tasks) -> None:
+    for _, _, _, pack in tasks:
+        [guard] = [c for c in pack.rubric if c.guard]
+        spec = pack.checks[guard.criterion_id]
+        final = _oracle(pack)
+        assert spec["unchanged"] and spec["appends"]
+        for path in spec["unchanged"]:
+            damaged = MemoryStore({**final.contents, path: final.contents[path] + "\n"})
+            passed, evidence = run_check(spec, View(damaged))
+            assert not passed and path in evidence
+        for path, table in spec["tables"].items():
+            row_id, row = next(iter(table["rows"].items()))
+            column = next(c for c in row if c not in table["mutable"].get(row_id, []) and c != "id")
+            damaged = MemoryStore(final.contents)
+            assert execute(damaged, ToolCall("update_record", {"path": path, "id": row_id,
+                                                                "fields": {column: row[column] + "9"}})).ok
+            passed, evidence = run_check(spec, View(damaged))
+            assert not passed and f"{path} {row_id}: {column} changed" in evidence
+
+
+def test_document_effects_of_a_real_pack(catalog) -> None:
+    domain = next(d for d in catalog.domains if "document" in [e.kind for e in d.effects[:3]])
+    blueprint = make_blueprint(domain, "rft" if domain.split == "train" else "benchmark", 0,
+                               TaskSize(4, 3, 2, 2), stable_seed(7, domain.id))
+    pack = build_pack(build_graph(blueprint, domain), domain)
+    [guard] = [c for c in pack.rubric if c.guard]
+    assert pack.checks[guard.criterion_id]["folders"], "expected a document folder to guard"
+    assert any(spec["op"] == "document" for spec in pack.checks.values())
+    final = _oracle(pack)
+    assert all(ok for ok, _ in _results(pack, View(final)).values())
+    initial = _results(pack, View(MemoryStore(pack.files)))
+    assert all(initial[c.criterion_id][0] is c.guard for c in pack.rubric)
+    folder = next(iter(pack.checks[guard.criterion_id]["folders"]))
+    stray = MemoryStore({**final.contents, f"{folder}/ZZ-0000.md": "Case: ZZ-0000\n"})
+    passed, evidence = run_check(pack.checks[guard.criterion_id], View(stray))
+    assert not passed and "ZZ-0000.md" in evidence
