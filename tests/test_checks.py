@@ -83,7 +83,7 @@ def test_same_normalises_case_space_and_numbers(actual, expected) -> None:
 
 @pytest.mark.parametrize(("actual", "expected"), [
     ("420", "421"), ("", "0"), ("approved", "approve"), ("420", "420 EUR"), (None, ""),
-    ("2026-10-05", "2026-10-06"),
+    ("2026-10-05", "2026-10-06"), ("1_000", "1000"), ("inf", "infinity"),
 ])
 def test_same_tells_different_values_apart(actual, expected) -> None:
     assert not same(actual, expected) and not same(expected, actual)
@@ -346,6 +346,10 @@ DAMAGE = {
     "row duplicated in a table": (_with("payroll/requests.csv", CASES + "C-2,Ben Moreau,150,pending\n"),
                                   "payroll/requests.csv: rows added, removed or duplicated"),
     "table deleted": (_without("payroll/requests.csv"), "payroll/requests.csv deleted"),
+    "column added to a table": (
+        _with("payroll/requests.csv", CASES.replace("status\n", "status,note\n", 1)
+              .replace("C-2,Ben Moreau,150,pending\n", "C-2,Ben Moreau,150,pending,x\n")),
+        "payroll/requests.csv C-2: note changed"),
     "stray csv record for an unknown case": (
         _calls(_append("ledger/gross.csv", {"case_id": "C-9", "account": "6100", "amount": "1"})),
         "ledger/gross.csv: records for ['C-9']"),

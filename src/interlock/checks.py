@@ -8,12 +8,15 @@ writes can change how it is verified. ``run_check`` reads the workspace only thr
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 
 from interlock.kinds.couplings import COUPLING_KINDS
 from interlock.kinds.decisions import Outcome
 from interlock.kinds.effects import Realization
 from interlock.workspace import Store, parse_csv, parse_jsonl
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?")
 
 
 def sha(text: str) -> str:
@@ -25,10 +28,9 @@ def same(actual: object, expected: object) -> bool:
     a, e = str(actual).strip().lower(), str(expected).strip().lower()
     if a == e:
         return True
-    try:
-        return float(a) == float(e)
-    except ValueError:
+    if not (_NUMBER.fullmatch(a) and _NUMBER.fullmatch(e)):
         return False
+    return float(a) == float(e)
 
 
 class View:
@@ -131,6 +133,7 @@ def _no_collateral(spec: dict, view: View) -> Result:
         for row_id, initial in table["rows"].items():
             mutable = table["mutable"].get(row_id, [])
             changed = [c for c, v in initial.items() if c not in mutable and current[row_id].get(c) != v]
+            changed += sorted(set(current[row_id]) - set(initial))  # a column added
             if changed:
                 problems.append(f"{path} {row_id}: {', '.join(changed)} changed")
     for path, append in spec["appends"].items():

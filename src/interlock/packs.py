@@ -26,7 +26,7 @@ from interlock.kinds.effects import (
     register_entry,
 )
 from interlock.text import Template
-from interlock.workspace import format_csv
+from interlock.workspace import format_csv, parse_csv, parse_jsonl
 
 REQUEST_PATH = "REQUEST.md"
 OPTION_COLUMNS = ("id", "case_id", "cost", "rating")
@@ -220,7 +220,7 @@ def no_collateral_check(graph: CompletionGraph, domain: Domain, files: dict[str,
     for path, text in sorted(files.items()):
         if path in appended:
             fmt = "jsonl" if path.endswith(".jsonl") else "csv"
-            initial = text.count("\n") - (1 if fmt == "csv" else 0)
+            initial = len(parse_jsonl(text) if fmt == "jsonl" else parse_csv(text)[1])
             spec["appends"][path] = {"prefix": text, "format": fmt, "initial_records": initial,
                                      "allowed": case_ids}
         elif path == domain.case.table and updates_status:
