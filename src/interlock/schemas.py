@@ -70,3 +70,17 @@ REVIEW_TABLES = {
     ]),
     "admitted": pa.schema([("task_id", s), ("domain_id", s), ("pool", s)]),
 }
+
+TRAJECTORIES = pa.schema([
+    ("rollout_id", s), ("task_id", s), ("domain_id", s), ("pool", s), ("policy", s),
+    ("attempt", i32), ("seed", i64), ("messages", s), ("turns", i32), ("tool_calls", i32),
+    ("invalid_calls", i32), ("prompt_tokens", i64), ("generated_tokens", i64), ("finish_reason", s),
+    ("final_files", s), ("diff", s),
+])
+#: measured seconds per rollout: a table of its own, which no later stage reads
+ROLLOUT_TIMINGS = pa.schema([("rollout_id", s), ("seconds", f64)])
+
+VERDICTS = pa.schema([
+    ("rollout_id", s), ("task_id", s), ("judge", s), ("criterion_id", s), ("passed", b),
+    ("evidence", s),
+])

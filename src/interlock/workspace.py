@@ -274,3 +274,50 @@ def _cell(value: object) -> str:
 
 _TOOLS = {"list_files": _list_files, "read_file": _read_file, "write_file": _write_file,
           "append_record": _append_record, "update_record": _update_record, "submit": _submit}
+
+
+# ----------------------------------------------------------------------------- diffs
+
+def changed_files(initial: dict[str, str], final: dict[str, str]) -> dict[str, str | None]:
+    """The files a run created or changed (their content) or deleted (None)."""
+    changed: dict[str, str | None] = {p: t for p, t in final.items() if initial.get(p) != t}
+    changed.update({p: None for p in initial if p not in final})
+    return dict(sorted(changed.items()))
+
+
+def apply_changes(initial: dict[str, str], changes: dict[str, str | None]) -> dict[str, str]:
+    files = dict(initial)
+    for path, text in changes.items():
+        if text is None:
+            files.pop(path, None)
+        else:
+            files[path] = text
+    return files
+
+
+def workspace_diff(initial: dict[str, str], final: dict[str, str]) -> list[dict]:
+    """Record-level diff: CSV rows by their first column, JSONL records by position, other
+    files whole. Each entry: file, record (or None), before, after (None where absent)."""
+    entries = []
+    for path, after_text in changed_files(initial, final).items():
+        before_text = initial.get(path)
+        if path.endswith((".csv", ".jsonl")) and before_text is not None and after_text is not None:
+            before, after = _keyed(path, before_text), _keyed(path, after_text)
+            for key in sorted(set(before) | set(after)):
+                if before.get(key) != after.get(key):
+                    entries.append({"file": path, "record": key, "before": before.get(key),
+                                    "after": after.get(key)})
+        else:
+            entries.append({"file": path, "record": None, "before": before_text, "after": after_text})
+    return entries
+
+
+def _keyed(path: str, text: str) -> dict[str, dict]:
+    if path.endswith(".jsonl"):
+        return {f"#{i}": record for i, record in enumerate(parse_jsonl(text))}
+    header, rows = parse_csv(text)
+    keyed: dict[str, dict] = {}
+    for index, row in enumerate(rows):
+        key = row.get(header[0], "") if header else ""
+        keyed[key if key not in keyed else f"{key}#{index}"] = row
+    return keyed
