@@ -18,7 +18,7 @@ from interlock.errors import InterlockError
 from interlock.io import dumps, loads
 from interlock.kinds.couplings import COUPLING_KINDS, Constraint, resolve
 from interlock.kinds.decisions import DECISION_KINDS, Outcome
-from interlock.kinds.effects import EFFECT_KINDS
+from interlock.kinds.effects import realizations
 
 NODE_KINDS = ("evidence", "decision", "effect")
 RULE_CLAUSE = "P-1"
@@ -202,7 +202,6 @@ def build_graph(blueprint: Blueprint, domain: Domain) -> CompletionGraph:
                    for g in blueprint.groups]
     decided = resolve([r["id"] for r in order], alternatives, RULE_CLAUSE, constraints)
 
-    effect_specs = domain.effects[:blueprint.size.effects_per_decision]
     decision_node: dict[str, str] = {}
     for row in order:
         choice = decided[row["id"]]
@@ -217,11 +216,8 @@ def build_graph(blueprint: Blueprint, domain: Domain) -> CompletionGraph:
         for option in options_by_case[row["id"]]:
             add_edge("grounding", option_node[option["id"]], decision_id)
         add_edge("grounding", clause_node[row[case.group]], decision_id)
-        for spec in effect_specs:
-            effect_kind = EFFECT_KINDS[spec.kind]
-            if not (effect_kind.every_outcome or not outcome.fallback):
-                continue
-            realization = effect_kind.realize(effect_kind.words(domain, spec), row, outcome, choice.basis)
+        for spec, realization in realizations(domain, blueprint.size.effects_per_decision, row, outcome,
+                                              choice.basis):
             effect_id = add_node("effect", spec.kind, row["id"], f"{spec.label} for {row['id']}",
                                  {"label": spec.label, "realization": realization.to_dict()})
             add_edge("realization", decision_id, effect_id)

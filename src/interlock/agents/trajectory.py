@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from interlock.agents.messages import Message
 from interlock.io import dumps, loads
 
-#: why an episode ended
-FINISH_REASONS = ("submitted", "max_turns", "max_tokens", "context", "no_tool_call")
+#: why an episode ended: it submitted, ran out of turns, outgrew the context window, or wrote
+#: a turn without any tool call (it stopped acting)
+FINISH_REASONS = ("submitted", "max_turns", "context", "no_tool_call")
 
 
 @dataclass

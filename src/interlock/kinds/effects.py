@@ -188,6 +188,17 @@ EFFECT_KINDS: dict[str, EffectKind] = {
 }
 
 
+def realizations(domain: Domain, effects_per_decision: int, case: dict, outcome: Outcome,
+                 basis: str) -> list[tuple[EffectSpec, Realization]]:
+    """Every effect a decision with this outcome must reach (fallbacks skip positive-only ones)."""
+    found = []
+    for spec in domain.effects[:effects_per_decision]:
+        kind = EFFECT_KINDS[spec.kind]
+        if kind.every_outcome or not outcome.fallback:
+            found.append((spec, kind.realize(kind.words(domain, spec), case, outcome, basis)))
+    return found
+
+
 def document_text(fields: dict[str, str]) -> str:
     """The body the oracle writes for a ``document`` effect: one ``Name: value`` line each."""
     return "".join(f"{name}: {value}\n" for name, value in fields.items())

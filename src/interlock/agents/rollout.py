@@ -1,0 +1,148 @@
+"""The rollout engine: many workspaces step together, one batched generation per turn.
+
+Each episode gets a fresh copy of its task's workspace on disk; every assistant turn may carry
+several tool calls; malformed calls, unknown tools and bad arguments come back as error
+observations; every episode records why it ended.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from interlock.agents.backends import ChatBackend, ChatRequest, TaskContext
+from interlock.agents.messages import Message
+from interlock.agents.protocol import parse_turn
+from interlock.agents.trajectory import Trajectory
+from interlock.workspace import (
+    TOOL_SPECS,
+    DirectoryStore,
+    changed_files,
+    execute,
+    materialize,
+    workspace_diff,
+)
+
+SYSTEM_PROMPT = (
+    "You are an operations agent. You work only through the tools on the files of a workspace. "
+    "Read the records and the policy, decide every case the request names, record each decision "
+    "and carry it through to every record the request lists, then call submit. Write each tool "
+    "call as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>; several calls may "
+    "follow each other in one turn."
+)
+TOOLS = tuple({"type": "function", "function": spec} for spec in TOOL_SPECS)
+
+
+@dataclass(frozen=True)
+class RolloutLimits:
+    max_turns: int = 24
+    max_new_tokens: int = 256  # per assistant turn
+    max_calls_per_turn: int = 16
+    max_observation_chars: int = 4000  # longer tool outputs are clipped (flooding cannot blow the context)
+    temperature: float = 0.7
+
+
+@dataclass
+class Episode:
+    rollout_id: str
+    task: TaskContext
+    domain_id: str
+    pool: str
+    policy: str
+    attempt: int
+    seed: int
+    messages: list[Message] = field(default_factory=list)
+    store: DirectoryStore | None = None
+    turns: int = 0
+    tool_calls: int = 0
+    invalid_calls: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    finish_reason: str | None = None
+    started: float = 0.0
+
+
+def run_episodes(episodes: Iterable[Episode], backend: ChatBackend, limits: RolloutLimits, workdir: Path,
+                 batch_size: int = 16) -> Iterator[Trajectory]:
+    """Continuous batching: finished episodes leave the batch and waiting ones take their place."""
+    waiting = iter(episodes)
+    live: list[Episode] = []
+    workdir.mkdir(parents=True, exist_ok=True)
+    while True:
+        while len(live) < batch_size:
+            episode = next(waiting, None)
+            if episode is None:
+                break
+            live.append(_start(episode, backend, workdir))
+        if not live:
+            return
+        requests = [ChatRequest(e.rollout_id, tuple(e.messages), TOOLS, limits.max_new_tokens,
+                                limits.temperature, e.seed + e.turns) for e in live]
+        for episode, completion in zip(live, backend.complete(requests), strict=True):
+            episode.turns += 1
+            episode.prompt_tokens = max(episode.prompt_tokens, completion.prompt_tokens)
+            episode.generated_tokens += completion.completion_tokens
+            if completion.finish_reason == "context":
+                episode.finish_reason = "context"
+                continue
+            _act(episode, completion.text, limits)
+            if episode.finish_reason is None and episode.turns >= limits.max_turns:
+                episode.finish_reason = "max_turns"
+        for episode in [e for e in live if e.finish_reason is not None]:
+            live.remove(episode)
+            yield _finish(episode, backend, workdir)
+
+
+def _start(episode: Episode, backend: ChatBackend, workdir: Path) -> Episode:
+    episode.started = time.perf_counter()
+    episode.store = materialize(episode.task.pack.files, workdir / episode.rollout_id)
+    episode.messages = [Message("system", SYSTEM_PROMPT), Message("user", episode.task.pack.request)]
+    backend.begin(episode.rollout_id, episode.task)
+    return episode
+
+
+def _act(episode: Episode, text: str, limits: RolloutLimits) -> None:
+    """Parse one assistant turn, run its calls, append the observations."""
+    parsed = parse_turn(text)
+    calls = parsed.calls[:limits.max_calls_per_turn]
+    episode.messages.append(Message("assistant", parsed.content, calls))
+    for problem in parsed.problems:
+        episode.invalid_calls += 1
+        episode.messages.append(Message("tool", f"error: {problem}", name="invalid"))
+    if len(parsed.calls) > limits.max_calls_per_turn:
+        episode.messages.append(Message("tool", f"error: at most {limits.max_calls_per_turn} tool calls "
+                                                "per turn; the rest were not run", name="invalid"))
+    if not calls and not parsed.problems:
+        episode.finish_reason = "no_tool_call"
+        return
+    for call in calls:
+        result = execute(episode.store, call)
+        episode.tool_calls += 1
+        episode.invalid_calls += not result.ok
+        episode.messages.append(Message("tool", _clip(result.output, limits.max_observation_chars),
+                                        name=call.name))
+        if result.submitted:
+            episode.finish_reason = "submitted"
+            return
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... {len(text) - limit} more characters not shown]"
+
+
+def _finish(episode: Episode, backend: ChatBackend, workdir: Path) -> Trajectory:
+    backend.end(episode.rollout_id)
+    initial = episode.task.pack.files
+    final = {path: episode.store.read(path) for path in episode.store.files()}
+    shutil.rmtree(workdir / episode.rollout_id, ignore_errors=True)
+    return Trajectory(
+        episode.rollout_id, episode.task.task_id, episode.domain_id, episode.pool, episode.policy,
+        episode.attempt, episode.seed, episode.messages, episode.turns, episode.tool_calls,
+        episode.invalid_calls, episode.prompt_tokens, episode.generated_tokens, episode.finish_reason,
+        changed_files(initial, final), workspace_diff(initial, final),
+        seconds=time.perf_counter() - episode.started)
