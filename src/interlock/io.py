@@ -20,9 +20,10 @@ import pyarrow.parquet as pq
 from interlock.errors import InterlockError
 
 
-def dumps(value: object) -> str:
-    """Canonical JSON, so the same content always gives the same bytes."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def dumps(value: object, *, sort_keys: bool = True) -> str:
+    """Canonical JSON, so the same content always gives the same bytes. ``sort_keys=False``
+    keeps the order things were written in (tool-call arguments as the model wrote them)."""
+    return json.dumps(value, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False)
 
 
 def loads(text: str, *, file: str, item: str, field: str) -> object:

@@ -131,7 +131,8 @@ def build_pack(graph: CompletionGraph, domain: Domain) -> TaskPack:
     """Compile a graph and attach the oracle's trajectory as its reference solution."""
     pack = compile_pack(graph, domain)
     steps, _ = replay(pack.files, oracle_calls(graph, domain))
-    pack.reference = [{"step": s["step"], "tool": s["tool"], "arguments": dumps(s["arguments"]),
+    pack.reference = [{"step": s["step"], "tool": s["tool"],
+                       "arguments": dumps(s["arguments"], sort_keys=False),
                        "observation": s["observation"]} for s in steps]
     return pack
 

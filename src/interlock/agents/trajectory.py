@@ -35,7 +35,7 @@ class Trajectory:
     def to_row(self) -> dict:
         row = {k: v for k, v in self.__dict__.items() if k not in {"messages", "final_files", "diff",
                                                                   "seconds"}}
-        return {**row, "messages": dumps([m.to_dict() for m in self.messages]),
+        return {**row, "messages": dumps([m.to_dict() for m in self.messages], sort_keys=False),
                 "final_files": dumps(self.final_files), "diff": dumps(self.diff)}
 
     @classmethod
