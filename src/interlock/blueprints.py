@@ -12,6 +12,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import date, timedelta
+from functools import cached_property
 
 from interlock.catalog import Catalog, Domain
 from interlock.errors import InterlockError
@@ -77,11 +78,11 @@ class Blueprint:
                 "params": self.params, "groups": self.groups, "distractor_rows": self.distractor_rows,
                 "distractor_clauses": self.distractor_clauses}
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         return hashlib.sha256(dumps(self.content()).encode()).hexdigest()[:24]
 
-    @property
+    @cached_property
     def skeleton(self) -> str:
         """The task with every word removed: renaming cannot hide a near duplicate."""
         def numbers(value: object) -> list:
