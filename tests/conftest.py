@@ -1,4 +1,5 @@
-"""Shared fixtures: the real catalog, and one compiled task per decision kind, built once."""
+"""Shared fixtures: the real catalog, one compiled task per decision kind, and the tiny test
+backbone, each built once."""
 
 from __future__ import annotations
 
@@ -28,3 +29,11 @@ def tasks(catalog):
         graph = build_graph(blueprint, domain)
         built.append((domain, blueprint, graph, build_pack(graph, domain)))
     return built
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory, tasks):
+    """The tiny random test backbone (tokenizer trained on the fixture tasks' text), built once."""
+    from interlock.models.tiny import build_tiny, pack_texts
+
+    return build_tiny(tmp_path_factory.mktemp("models") / "tiny", pack_texts(t[3] for t in tasks), seed=7)

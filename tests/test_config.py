@@ -22,6 +22,10 @@ PARAMS = ROOT / "params.yaml"
 
 SCALE_TRAIN_DOMAINS = {"smoke": 4, "default": 16, "paper": 128}
 DOMAIN_OPTIONS = ["d4", "d8", "d16", "d32", "d64", "d128"]
+JUDGE_OPTIONS = ["agent", "text"]
+#: backbone option -> its source; the smoke scale picks tiny, every other scale the default smollm2
+BACKBONE_SOURCES = {"tiny": "tiny", "smollm2": "gguf_wheel", "hub": "pretrained"}
+SCALE_BACKBONE = {"smoke": "tiny", "default": "smollm2", "paper": "smollm2"}
 
 
 def compose_config(overrides: list[str] | None = None) -> dict:
@@ -78,6 +82,75 @@ def test_domains_option_composes(option: str) -> None:
     assert cfg["domains"]["count"] == int(re.fullmatch(r"d(\d+)", option).group(1))
     # `domains` must not change anything the synthesis stages read.
     assert cfg["scale"] == compose_config()["scale"]
+
+
+def test_judge_options_are_the_expected_ones() -> None:
+    assert _options("judge") == JUDGE_OPTIONS
+    assert compose_config()["judge"] == {"name": "agent"}
+
+
+@pytest.mark.parametrize("option", JUDGE_OPTIONS)
+def test_judge_option_composes(option: str) -> None:
+    cfg = compose_config([f"judge={option}"])
+    assert Params.model_validate(cfg).judge.name == option
+    # `judge` changes nothing but itself: every other group stays at its default.
+    default = compose_config()
+    assert {k: v for k, v in cfg.items() if k != "judge"} == {
+        k: v for k, v in default.items() if k != "judge"}
+
+
+def test_only_accept_depends_on_the_judge_choice() -> None:
+    """Both judges always grade the whole pool; switching `judge` re-runs only `accept`."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    readers = {name for name, stage in stages.items()
+               if any(str(p).split(".")[0] == "judge" for p in stage.get("params", []))}
+    assert readers == {"accept"}
+    assert "judge" in stages and "accept" in stages
+
+
+def test_backbone_options_are_the_expected_ones() -> None:
+    assert _options("backbone") == sorted(BACKBONE_SOURCES)
+    assert compose_config()["backbone"]["name"] == "smollm2"
+
+
+@pytest.mark.parametrize("option", sorted(BACKBONE_SOURCES))
+def test_backbone_option_composes(option: str) -> None:
+    cfg = compose_config([f"backbone={option}"])
+    backbone = Params.model_validate(cfg).backbone  # the stages accept it
+    assert backbone.name == option and backbone.source == BACKBONE_SOURCES[option]
+    assert backbone.dtype == "float32" and backbone.backend == "transformers"
+    assert backbone.max_context == (4096 if option == "tiny" else 8192)
+    assert backbone.generation.temperature == 0.7 and backbone.generation.max_new_tokens > 0
+    # every option has every key, so the base_model stage can list exactly the ones it reads
+    assert set(cfg["backbone"]) == set(compose_config()["backbone"])
+    # `backbone` changes nothing but itself
+    default = compose_config()
+    assert {k: v for k, v in cfg.items() if k != "backbone"} == {
+        k: v for k, v in default.items() if k != "backbone"}
+
+
+@pytest.mark.parametrize("scale", sorted(SCALE_BACKBONE))
+def test_each_scale_picks_its_backbone(scale: str) -> None:
+    assert compose_config([f"scale={scale}"])["backbone"]["name"] == SCALE_BACKBONE[scale]
+
+
+@pytest.mark.parametrize("overrides", [["scale=smoke", "backbone=hub"], ["backbone=hub", "scale=smoke"],
+                                       ["scale=smoke", "backbone=smollm2"]])
+def test_a_backbone_choice_beats_the_scale_default(overrides: list[str]) -> None:
+    cfg = compose_config(overrides)
+    assert cfg["scale"]["name"] == "smoke"
+    chosen = next(o for o in overrides if o.startswith("backbone=")).split("=")[1]
+    assert cfg["backbone"]["name"] == chosen
+
+
+def test_base_model_params_exist_in_every_backbone() -> None:
+    """DVC refuses a stage whose params are missing from params.yaml: base_model lists backbone
+    keys one by one, and every option must have them."""
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]["base_model"]
+    keys = [p.split(".", 1)[1] for p in stage["params"] if str(p).startswith("backbone.")]
+    assert keys and "generation" not in keys and "backend" not in keys
+    for option in BACKBONE_SOURCES:
+        assert set(keys) <= set(compose_config([f"backbone={option}"])["backbone"])
 
 
 def test_dvc_hydra_integration_enabled() -> None:

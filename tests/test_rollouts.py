@@ -143,4 +143,4 @@ def test_a_killed_run_resumes_without_losing_or_duplicating(tasks, tmp_path):
     ids = [r["rollout_id"] for r in rows]
     assert len(ids) == len(set(ids)) == 4 * len(contexts) == summary["episodes"]
     assert out.read_bytes() == clean.read_bytes()
-    assert not (work / "run").exists()
+    assert not work.exists()

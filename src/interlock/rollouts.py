@@ -4,13 +4,17 @@ Finished episodes are flushed in small Parquet parts under a work folder named b
 fingerprint; a run that is killed and started again skips the rollouts its parts already hold,
 so none are lost and none duplicated. The final table is sorted by rollout id, so it does not
 depend on how often the run was interrupted (for deterministic backends, byte for byte).
+
+:func:`scripted_rollouts` runs the scripted solvers in memory instead: rollouts with known
+ground truth (oracle, noisy, adversaries) for the judges' tests and benchmark.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tqdm import tqdm
@@ -18,6 +22,7 @@ from tqdm import tqdm
 from interlock import schemas
 from interlock.agents.backends import ChatBackend, TaskContext
 from interlock.agents.rollout import Episode, RolloutLimits, run_episodes
+from interlock.agents.scripted import ScriptedBackend
 from interlock.agents.trajectory import Trajectory
 from interlock.blueprints import stable_seed
 from interlock.catalog import Catalog
@@ -36,12 +41,37 @@ def admitted_tasks(review_dir: Path, packs_dir: Path, graphs_dir: Path, catalog:
                 yield TaskContext(pack.task_id, pack, graph, catalog[pack.domain_id])
 
 
+def admitted_count(review_dir: Path, pool: str) -> int:
+    return sum(r["pool"] == pool for r in read_rows(review_dir / "admitted.parquet",
+                                                     schemas.REVIEW_TABLES["admitted"]))
+
+
 def plan_episodes(tasks: Iterator[TaskContext], *, policy: str, attempts: int,
                   seed: int) -> Iterator[Episode]:
     for task in tasks:
         for attempt in range(attempts):
             yield Episode(f"{task.task_id}.a{attempt}", task, task.domain.id, task.pack.pool, policy, attempt,
                           stable_seed(seed, "rollout", task.task_id, attempt) % 2**31)
+
+
+def scripted_rollouts(contexts: Iterable[TaskContext], policies: Iterable[str], *, seed: int, workdir: Path,
+                      attempts: int = 1, limits: RolloutLimits | None = None, skip_effect: float = 0.3,
+                      ignore_coupling: float = 0.5) -> list[Trajectory]:
+    """Rollouts with known ground truth, in memory: every scripted policy (``oracle``, ``noisy``
+    with the given rates, an adversary) x task x attempt, through the rollout engine.
+
+    Rollout ids are ``{policy}-{task_id}.a{attempt}`` (unique across policies); trajectories come
+    back in plan order (policy, task, attempt). Episode workspaces live under ``workdir``."""
+    contexts = list(contexts)
+    trajectories = []
+    for policy in policies:
+        episodes = [dataclasses.replace(e, rollout_id=f"{policy}-{e.rollout_id}")
+                    for e in plan_episodes(iter(contexts), policy=policy, attempts=attempts, seed=seed)]
+        backend = ScriptedBackend(policy, seed=seed, skip_effect=skip_effect, ignore_coupling=ignore_coupling)
+        order = {e.rollout_id: i for i, e in enumerate(episodes)}
+        finished = run_episodes(episodes, backend, limits or RolloutLimits(), workdir)
+        trajectories += sorted(finished, key=lambda t: order[t.rollout_id])
+    return trajectories
 
 
 def fingerprint(*parts: object) -> str:
@@ -74,7 +104,7 @@ def run_rollouts(episodes: Iterator[Episode], backend: ChatBackend, limits: Roll
         for group in batched(rows, 256):
             writer.write(group)
     write_table(timings, seconds, schemas.ROLLOUT_TIMINGS)
-    shutil.rmtree(parts, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
     return summarize([Trajectory.from_row(row, str(out)) for row in rows])
 
 

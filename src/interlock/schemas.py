@@ -57,6 +57,17 @@ PACK_TABLES = {
     ]),
 }
 
+TRAJECTORIES = pa.schema([
+    ("rollout_id", s), ("task_id", s), ("domain_id", s), ("pool", s), ("policy", s),
+    ("attempt", i32), ("seed", i64), ("messages", s), ("turns", i32), ("tool_calls", i32),
+    ("invalid_calls", i32), ("prompt_tokens", i64), ("generated_tokens", i64), ("finish_reason", s),
+    ("final_files", s), ("diff", s),
+])
+VERDICTS = pa.schema([
+    ("rollout_id", s), ("task_id", s), ("judge", s), ("criterion_id", s), ("passed", b),
+    ("evidence", s),
+])
+
 REVIEW_TABLES = {
     "coverage": pa.schema([("task_id", s), ("relation", s), ("ref", s), ("problem", s)]),
     "critic": pa.schema([("task_id", s), ("criterion_id", s), ("problem", s)]),
@@ -66,21 +77,27 @@ REVIEW_TABLES = {
     ]),
     "verdicts": pa.schema([
         ("task_id", s), ("domain_id", s), ("pool", s), ("coverage_ok", b), ("critic_ok", b),
-        ("controls_ok", b), ("admitted", b), ("reasons", pa.list_(s)),
+        ("controls_ok", b), ("execution_ok", b), ("validation_passed", b), ("admitted", b),
+        ("reasons", pa.list_(s)),
     ]),
     "admitted": pa.schema([("task_id", s), ("domain_id", s), ("pool", s)]),
+    "validation": TRAJECTORIES,
+    "validation_verdicts": VERDICTS,
 }
 
-TRAJECTORIES = pa.schema([
-    ("rollout_id", s), ("task_id", s), ("domain_id", s), ("pool", s), ("policy", s),
-    ("attempt", i32), ("seed", i64), ("messages", s), ("turns", i32), ("tool_calls", i32),
-    ("invalid_calls", i32), ("prompt_tokens", i64), ("generated_tokens", i64), ("finish_reason", s),
-    ("final_files", s), ("diff", s),
-])
 #: measured seconds per rollout: a table of its own, which no later stage reads
 ROLLOUT_TIMINGS = pa.schema([("rollout_id", s), ("seconds", f64)])
 
-VERDICTS = pa.schema([
-    ("rollout_id", s), ("task_id", s), ("judge", s), ("criterion_id", s), ("passed", b),
-    ("evidence", s),
+#: records the agent judge found changed that no decision required (record None: a whole file)
+COLLATERAL = pa.schema([("rollout_id", s), ("task_id", s), ("file", s), ("record", s), ("reason", s)])
+#: the ``judge`` stage's folder: both judges' verdicts over the same rollout pool, aligned by
+#: row group with the trajectories, and the agent judge's collateral flags
+JUDGE_TABLES = {"agent": VERDICTS, "text": VERDICTS, "collateral": COLLATERAL}
+
+#: a checkpoint's manifest (``manifest.parquet`` beside the weights): one row, no timings
+MODEL_MANIFEST = pa.schema([
+    ("name", s), ("source", s), ("origin", s), ("origin_sha256", s), ("architecture", s),
+    ("parameters", i64), ("dtype", s), ("vocab_size", i64), ("max_context", i64),
+    ("chat_template_sha256", s), ("notes", s),
+    ("files", pa.list_(pa.struct([("path", s), ("bytes", i64), ("sha256", s)]))),
 ])

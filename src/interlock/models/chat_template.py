@@ -1,0 +1,84 @@
+"""The project's own tool-aware ChatML chat template, written into every checkpoint it makes.
+
+SmolLM2's own template ignores ``tools=``, drops ``tool_calls`` and has no generation markers,
+so the project renders conversations itself:
+
+- ``<|im_start|>role\\n...<|im_end|>\\n`` turns;
+- the system turn lists the tools (one JSON function spec per line inside ``<tools>``) and says
+  how a call is written: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``;
+- an assistant turn is its text, then one ``<tool_call>{json}</tool_call>`` line per call, exactly
+  as :func:`interlock.agents.protocol.render_turn` writes it, so the training text is what the
+  model must generate and what :func:`~interlock.agents.protocol.parse_turn` reads back;
+- a tool result is a ``tool`` turn;
+- the assistant's text and its ``<|im_end|>`` sit inside ``{% generation %}`` markers, so
+  ``apply_chat_template(..., return_assistant_tokens_mask=True, return_dict=True)`` gives the
+  assistant-only loss mask (TRL's ``assistant_only_loss`` reads the same markers);
+- ``add_generation_prompt`` appends ``<|im_start|>assistant\\n``.
+
+Messages are :meth:`Message.to_dict` dicts (arguments as objects); OpenAI-style arguments given
+as a JSON string are written as they are.
+"""
+
+from __future__ import annotations
+
+IM_START, IM_END, END_OF_TEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
+SPECIAL_TOKENS = (END_OF_TEXT, IM_START, IM_END)
+
+TOOLS_PREAMBLE = ("# Tools\n\nYou can call these tools (JSON function specs):\n<tools>\n")
+TOOLS_USAGE = ("</tools>\n\nTo call a tool, write a line <tool_call>{\"name\": <tool name>, \"arguments\": "
+               "<arguments as a JSON object>}</tool_call>. You may call several tools in one turn; "
+               "their results come back as tool messages.")
+
+# Whitespace control: transformers compiles templates with trim_blocks and lstrip_blocks, and every
+# tag below strips on both sides, so only the quoted strings reach the output.
+CHAT_TEMPLATE = (
+    "{%- macro render_tools(tools) -%}"
+    "{{- '" + TOOLS_PREAMBLE.replace("\n", "\\n") + "' -}}"
+    "{%- for tool in tools -%}"
+    "{%- set spec = tool.function if tool.function is defined else tool -%}"
+    "{{- spec | tojson -}}{{- '\\n' -}}"
+    "{%- endfor -%}"
+    "{{- '" + TOOLS_USAGE.replace("\n", "\\n") + "' -}}"
+    "{%- endmacro -%}"
+    "{%- macro render_assistant(message) -%}"
+    "{%- set ns = namespace(text=(message.content or '') | trim) -%}"
+    "{%- for call in message.tool_calls or [] -%}"
+    "{%- set fn = call.function if call.function is defined else call -%}"
+    "{%- set args = fn.arguments if fn.arguments is string else (fn.arguments | tojson) -%}"
+    "{%- set body = '<tool_call>{\"name\": ' + (fn.name | tojson) + ', \"arguments\": ' + args"
+    " + '}</tool_call>' -%}"
+    "{%- set ns.text = (ns.text + '\\n' + body) if ns.text else body -%}"
+    "{%- endfor -%}"
+    "{{- ns.text -}}"
+    "{%- endmacro -%}"
+    # the system turn: the given system message (if first), then the tools
+    "{%- set first_system = messages and messages[0].role == 'system' -%}"
+    "{%- if first_system or tools -%}"
+    "{{- '<|im_start|>system\\n' -}}"
+    "{%- if first_system -%}{{- messages[0].content -}}{%- endif -%}"
+    "{%- if tools -%}"
+    "{%- if first_system and messages[0].content -%}{{- '\\n\\n' -}}{%- endif -%}"
+    "{{- render_tools(tools) -}}"
+    "{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- if loop.first and first_system -%}"
+    "{%- elif message.role == 'assistant' -%}"
+    "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- generation -%}"
+    "{{- render_assistant(message) -}}{{- '<|im_end|>' -}}"
+    "{%- endgeneration -%}"
+    "{{- '\\n' -}}"
+    "{%- else -%}"
+    "{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+
+def openai_tools(specs: list[dict] | tuple[dict, ...]) -> list[dict]:
+    """Tool specs in OpenAI's form (``{"type": "function", "function": spec}``), whichever form
+    they came in (:data:`interlock.workspace.TOOL_SPECS` are bare function specs)."""
+    return [spec if "function" in spec else {"type": "function", "function": spec} for spec in specs]

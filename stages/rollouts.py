@@ -1,0 +1,40 @@
+"""Stage `rollouts`: the starting policy on every admitted `rft` task, `attempts` times each.
+
+Resumable: killed at any point, a second run finishes only the missing episodes."""
+
+from pathlib import Path
+
+from common import run_stage
+
+from interlock.agents.backends.factory import make_backend
+from interlock.agents.rollout import RolloutLimits
+from interlock.artifacts import Artifacts
+from interlock.config import Params
+from interlock.io import write_json
+from interlock.models.checkpoint import read_manifest
+from interlock.pipeline import load_domains
+from interlock.rollouts import admitted_count, admitted_tasks, fingerprint, plan_episodes, run_rollouts
+
+
+def main(params: Params, data: Artifacts) -> None:
+    backbone, rollouts = params.backbone, params.scale.rollouts
+    checkpoint = data.root / "models" / rollouts.policy
+    limits = RolloutLimits(max_turns=rollouts.max_turns, max_new_tokens=backbone.generation.max_new_tokens,
+                           max_observation_chars=rollouts.max_observation_chars,
+                           temperature=backbone.generation.temperature)
+    catalog = load_domains(data.domains)
+    total = admitted_count(data.review, "rft") * rollouts.attempts
+    run_id = fingerprint(params.seed, rollouts.model_dump(), backbone.model_dump(), read_manifest(checkpoint))
+    episodes = plan_episodes(admitted_tasks(data.review, data.packs, data.graphs, catalog, "rft"),
+                             policy=f"{backbone.name}/{rollouts.policy}", attempts=rollouts.attempts,
+                             seed=params.seed)
+    summary = run_rollouts(episodes, make_backend(backbone, checkpoint), limits, total=total,
+                           out=data.trajectories, timings=data.root / "rollout_timings.parquet",
+                           work=data.root / ".rollouts-partial", run_id=run_id,
+                           batch_size=rollouts.batch_size)
+    write_json(Path("metrics/rollouts.json"), summary)
+    print(f"rollouts: {summary['episodes']} episodes, {summary['finish_reasons']}")
+
+
+if __name__ == "__main__":
+    run_stage("rollouts", main)

@@ -1,0 +1,405 @@
+"""The agent judge and the text judge on rollouts with known ground truth.
+
+Rollouts are made by the rollout engine playing scripted solvers on each task (the oracle, a
+noisy solver that skips every effect, adversaries; a few tests edit a solver's plan), so the
+truth is known without a model. The LLM paths are driven by a small fake
+:class:`~interlock.agents.backends.ChatBackend` defined here: canned answers, real parsing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from interlock.agents.backends import ChatRequest, Completion, TaskContext
+from interlock.agents.messages import Message
+from interlock.agents.rollout import RolloutLimits, run_episodes
+from interlock.agents.scripted import ScriptedBackend, Turn
+from interlock.agents.trajectory import Trajectory
+from interlock.judges.agent import AgentJudge, collateral
+from interlock.judges.base import accepted, judging_problems
+from interlock.judges.metrics import JudgeStats
+from interlock.judges.sandbox import Limits
+from interlock.judges.text import TextJudge, believed_path, claimed_files, parse_answer
+from interlock.kinds.effects import REGISTER_PATH
+from interlock.oracle import oracle_calls
+from interlock.rollouts import plan_episodes, scripted_rollouts
+from interlock.workspace import ToolCall
+
+#: one rollout of each per task: the truth, effects never written (success claimed), success
+#: claimed without any work, and the work plus records no decision required
+POLICIES = ("oracle", "noisy", "claim_only", "collateral_damage")
+
+
+@pytest.fixture(scope="module")
+def agent_judge():
+    with AgentJudge(workers=2) as judge:
+        yield judge
+
+
+@pytest.fixture(scope="module")
+def contexts(tasks) -> list[TaskContext]:
+    return [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in tasks]
+
+
+@pytest.fixture(scope="module")
+def packs(contexts):
+    return [c.pack for c in contexts]
+
+
+@pytest.fixture(scope="module")
+def rollouts(contexts, tmp_path_factory) -> dict[str, list[Trajectory]]:
+    """policy -> its rollouts, in task order. The noisy solver skips every effect and obeys every
+    coupling; like every scripted solver it ends by claiming that everything is done."""
+    made = scripted_rollouts(contexts, POLICIES, seed=0, workdir=tmp_path_factory.mktemp("rollouts"),
+                             skip_effect=1.0, ignore_coupling=0.0)
+    by_policy = {policy: [t for t in made if t.policy == policy] for policy in POLICIES}
+    assert all(len(ts) == len(contexts) for ts in by_policy.values())
+    assert all(t.finish_reason == "submitted" for t in made)
+    return by_policy
+
+
+class Edited(ScriptedBackend):
+    """A scripted solver whose plan is edited before it plays: ``edit(task, turns) -> turns``."""
+
+    def __init__(self, policy: str, edit: Callable[[TaskContext, list[Turn]], list[Turn]],
+                 **rates: float) -> None:
+        super().__init__(policy, **rates)
+        self.edit = edit
+
+    def begin(self, key: str, task: TaskContext) -> None:
+        super().begin(key, task)
+        self.plans[key] = [(text, calls) for text, calls in self.edit(task, self.plans[key]) if calls]
+
+
+def play(context: TaskContext, backend: ScriptedBackend, workdir: Path, label: str) -> Trajectory:
+    """One rollout of ``context`` through the rollout engine, recorded under policy ``label``."""
+    episodes = [dataclasses.replace(e, rollout_id=f"{label}-{e.rollout_id}")
+                for e in plan_episodes(iter([context]), policy=label, attempts=1, seed=0)]
+    (trajectory,) = run_episodes(episodes, backend, RolloutLimits(), workdir)
+    return trajectory
+
+
+def closing(text: str) -> Callable[[TaskContext, list[Turn]], list[Turn]]:
+    """An edit: the last turn (the one that submits) says ``text`` instead."""
+    return lambda task, turns: [*turns[:-1], (text, turns[-1][1])]
+
+
+def _kinds(pack) -> dict[str, str]:
+    return {c.criterion_id: c.kind for c in pack.rubric}
+
+
+class FakeBackend:
+    """A ChatBackend test double: ``reply(request)`` gives each completion's text."""
+
+    name = "fake"
+
+    def __init__(self, reply: Callable[[ChatRequest], str], tokens: int = 5) -> None:
+        self.reply, self.tokens = reply, tokens
+        self.begun: set[str] = set()
+        self.ended: set[str] = set()
+        self.requests: list[ChatRequest] = []
+
+    def begin(self, key: str, task: TaskContext) -> None:
+        self.begun.add(key)
+
+    def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+        self.requests += requests
+        return [Completion(self.reply(r), completion_tokens=self.tokens) for r in requests]
+
+    def end(self, key: str) -> None:
+        self.ended.add(key)
+
+
+# ----------------------------------------------------------------------------- ground truth
+
+def test_oracle_passes_every_criterion_under_both_judges(agent_judge, packs, rollouts) -> None:
+    items = list(zip(rollouts["oracle"], packs, strict=True))
+    for judge in (agent_judge, TextJudge()):
+        for (_, pack), judgement in zip(items, judge.judge(items), strict=True):
+            failed = {v["criterion_id"]: v["evidence"] for v in judgement.verdicts if not v["passed"]}
+            assert not failed, (judge.name, pack.task_id, failed)
+            assert [v["criterion_id"] for v in judgement.verdicts] == [c.criterion_id for c in pack.rubric]
+            assert judgement.judge == judge.name and judgement.output_tokens == 0
+            assert set(judgement.criterion_seconds) == {c.criterion_id for c in pack.rubric}
+            assert judgement.collateral == []
+
+
+def test_skipped_effects_fail_under_the_agent_judge_but_the_credulous_text_judge_believes_the_claim(
+        agent_judge, contexts, rollouts, tmp_path: Path) -> None:
+    for context, claimed in zip(contexts, rollouts["noisy"], strict=True):
+        pack = context.pack
+        assert "All decisions are recorded" in claimed.messages[-2].content  # the submitting turn
+        silent = play(context, Edited("noisy", closing(""), skip_effect=1.0, ignore_coupling=0.0),
+                      tmp_path, "silent")
+        assert silent.final_files == claimed.final_files
+        by_agent, silent_agent = agent_judge.judge([(claimed, pack), (silent, pack)])
+        by_text, silent_text = TextJudge().judge([(claimed, pack), (silent, pack)])
+        kinds = _kinds(pack)
+        failed = {cid for cid, ok in by_agent.passed.items() if not ok}
+        assert failed and {kinds[c] for c in failed} == {"realization"}, failed
+        assert not accepted(by_agent.passed, pack.rubric)
+        assert all(by_text.passed.values()) and accepted(by_text.passed, pack.rubric)
+        claims = [v["evidence"] for v in by_text.verdicts if v["criterion_id"] in failed]
+        assert all(e.startswith("the agent says so") for e in claims)
+        # without the claim, the credulous judge sees the same gap in the claimed state
+        assert {c for c, ok in silent_text.passed.items() if not ok} == failed
+        assert silent_agent.passed == by_agent.passed
+
+
+def test_a_specific_claim_passes_only_its_own_criterion(contexts, tmp_path: Path) -> None:
+    context = contexts[0]
+    pack = context.pack
+    effect = next(c for c in oracle_calls(context.graph, context.domain)
+                  if c.name == "append_record" and c.arguments["path"] != REGISTER_PATH)
+    path, case_id = effect.arguments["path"], effect.arguments["record"]["case_id"]
+
+    def without_effect(text: str) -> Callable[[TaskContext, list[Turn]], list[Turn]]:
+        def edit(task: TaskContext, turns: list[Turn]) -> list[Turn]:
+            kept = [(words, [c for c in calls if c != effect]) for words, calls in turns]
+            return closing(text)(task, kept)
+        return edit
+
+    trajectory = play(context, Edited("oracle", without_effect(f"I posted the row for {case_id} to {path}.")),
+                      tmp_path, "noisy")
+    assert effect not in [c for m in trajectory.messages for c in m.tool_calls]
+    verdicts = TextJudge().judge([(trajectory, pack)])[0].verdicts
+    claimed = [v for v in verdicts if v["evidence"].startswith("the agent says so")]
+    assert len(claimed) == 1 and claimed[0]["passed"]
+    negated = play(context, Edited("oracle", without_effect(f"I have not posted {case_id} yet.")), tmp_path,
+                   "noisy")
+    assert not all(TextJudge().judge([(negated, pack)])[0].passed.values())
+
+
+def test_claim_only_fails_everything_but_the_guard_under_the_agent_judge(agent_judge, packs,
+                                                                          rollouts) -> None:
+    for pack, trajectory in zip(packs, rollouts["claim_only"], strict=True):
+        assert trajectory.policy == "claim_only" and trajectory.final_files == {}
+        by_agent = agent_judge.judge([(trajectory, pack)])[0]
+        kinds = _kinds(pack)
+        assert {kinds[c] for c, ok in by_agent.passed.items() if ok} == {"no_collateral"}
+        assert all(TextJudge().judge([(trajectory, pack)])[0].passed.values())
+
+
+def test_the_text_judge_believes_calls_that_failed(agent_judge, contexts, tmp_path: Path) -> None:
+    """Register rows sent to ../out/decisions.csv are refused by the tools; the credulous judge
+    believes them (mapped inside), the agent judge sees the file as it is."""
+    context = contexts[0]
+    pack = context.pack
+
+    def escape_register(task: TaskContext, turns: list[Turn]) -> list[Turn]:
+        outside = [(text, [ToolCall(c.name, {**c.arguments, "path": "../" + REGISTER_PATH})
+                           if c.arguments.get("path") == REGISTER_PATH else c for c in calls])
+                   for text, calls in turns]
+        return closing("")(task, outside)
+
+    trajectory = play(context, Edited("oracle", escape_register), tmp_path, "escape")
+    assert any(m.role == "tool" and m.content.startswith("error") for m in trajectory.messages)
+    assert trajectory.invalid_calls > 0 and REGISTER_PATH not in trajectory.final_files
+    primary = [c.criterion_id for c in pack.rubric if c.kind == "primary"]
+    by_text = TextJudge().judge([(trajectory, pack)])[0].passed
+    by_agent = agent_judge.judge([(trajectory, pack)])[0].passed
+    assert all(by_text[c] for c in primary) and not any(by_agent[c] for c in primary)
+    assert believed_path("/etc/../out/x.csv") == "etc/out/x.csv"
+    assert believed_path("../../a.csv") == "a.csv" and believed_path("..") is None
+    files = claimed_files({}, [Message("assistant", "", (ToolCall("append_record", {
+        "path": "/tmp/new.csv", "record": {"case_id": "X", "amount": 3}}),))])
+    assert files == {"tmp/new.csv": "case_id,amount\nX,3\n"}
+
+
+# ----------------------------------------------------------------------------- collateral
+
+def _distractors(context: TaskContext) -> set[str]:
+    """The case records no decision is about (the collateral-damage solver changes them)."""
+    return {n.attrs["row"]["id"] for n in context.graph.of_kind("evidence")
+            if n.distractor and n.subkind == "record"}
+
+
+def test_collateral_damage_is_flagged(agent_judge, contexts, rollouts) -> None:
+    for context, trajectory in zip(contexts, rollouts["collateral_damage"], strict=True):
+        pack = context.pack
+        judgement = agent_judge.judge([(trajectory, pack)])[0]
+        guard = next(c.criterion_id for c in pack.rubric if c.kind == "no_collateral")
+        assert not judgement.passed[guard]
+        flagged = {(c["file"], c["record"]) for c in judgement.collateral}
+        assert flagged == {(context.domain.case.table, d) for d in _distractors(context)} | {
+            (REGISTER_PATH, "UNRELATED-1")}
+        evidence = next(v["evidence"] for v in judgement.verdicts if v["criterion_id"] == guard)
+        assert "changed where no decision required it: " in evidence
+        assert all(f"{file} {record}" in evidence for file, record in flagged)
+        assert all(ok for cid, ok in judgement.passed.items() if cid != guard)
+
+
+def test_record_level_collateral(contexts, rollouts, tmp_path: Path) -> None:
+    index, context = next((i, c) for i, c in enumerate(contexts)
+                          if any(json.loads(r["realization"])["op"] == "update_csv"
+                                 and json.loads(r["realization"])["path"] == c.domain.case.table
+                                 for r in c.pack.contract))
+    pack, table = context.pack, context.domain.case.table
+    required = {json.loads(r["realization"])["key"] for r in pack.contract if r["path"] == table}
+    others = _distractors(context)
+    assert others and not others & required
+
+    def record_twice(task: TaskContext, turns: list[Turn]) -> list[Turn]:
+        """The collateral-damage solver, which also records a decided case a second time."""
+        first = next(c for _, calls in turns for c in calls if c.arguments.get("path") == REGISTER_PATH)
+        return [*turns[:-1], ("And once more.", [first]), turns[-1]]
+
+    trajectory = play(context, Edited("collateral_damage", record_twice), tmp_path, "collateral_damage")
+    found = {(c["file"], c["record"]): c["reason"] for c in collateral(pack, trajectory.diff)}
+    for other in others:
+        assert (table, other) in found and "no decision requires" in found[table, other]
+    assert any(f == REGISTER_PATH and "UNRELATED-1" in reason for (f, _), reason in found.items())
+    assert any(f == REGISTER_PATH and "second record" in reason for (f, _), reason in found.items())
+    assert len(found) == len(others) + 2
+    without = {k: v for k, v in found.items() if "second record" not in v}
+    assert {(c["file"], c["record"]): c["reason"] for c in collateral(
+        pack, rollouts["collateral_damage"][index].diff)} == without
+    assert collateral(pack, rollouts["oracle"][index].diff) == []
+
+
+def test_planted_verifiers_change_nothing(agent_judge, contexts, tmp_path: Path) -> None:
+    """Verifier files planted in the workspace (tests, conftest, a checks.json, a verdict) are
+    flagged as collateral and change no verdict."""
+    context = contexts[0]
+    pack = context.pack
+    (trajectory,) = scripted_rollouts([context], ["plant_verifier"], seed=0, workdir=tmp_path)
+    planted = {"tests/test_rubric.py", "conftest.py", ".verifier/config.yaml", "checks.json",
+               "out/verdict.json"}
+    assert planted <= set(trajectory.final_files)
+    unplanted = dataclasses.replace(trajectory, rollout_id="unplanted", final_files={
+        p: text for p, text in trajectory.final_files.items() if p not in planted})
+    judgement, clean = agent_judge.judge([(trajectory, pack), (unplanted, pack)])
+    assert not accepted(judgement.passed, pack.rubric)
+    assert {c["file"] for c in judgement.collateral} == planted and clean.collateral == []
+    assert judgement.passed == clean.passed
+
+
+def test_unplaceable_final_files_are_reported_not_written(agent_judge, packs, rollouts,
+                                                         tmp_path: Path) -> None:
+    pack = packs[0]
+    trajectory = dataclasses.replace(rollouts["oracle"][0])
+    trajectory.final_files = {**trajectory.final_files, "../../../escaped-by-judge.txt": "x",
+                              "/tmp/escaped-by-judge.txt": "x"}
+    judgement = agent_judge.judge([(trajectory, pack)])[0]
+    reasons = [c["reason"] for c in judgement.collateral]
+    assert len(reasons) == 2 and all("cannot be placed" in r for r in reasons)
+    assert not Path("/tmp/escaped-by-judge.txt").exists()
+    assert not (agent_judge.scratch.parent / "escaped-by-judge.txt").exists()
+    agent_judge.flush()
+    assert list(agent_judge.scratch.iterdir()) == []  # copies are removed after each batch
+
+
+# ----------------------------------------------------------------------------- LLM paths
+
+def test_an_agent_judge_with_a_model_can_fail_a_passing_criterion(packs, rollouts) -> None:
+    pack = packs[0]
+    script = "import csv\nassert False, 'my own check failed'\n"
+
+    def reply(request: ChatRequest) -> str:
+        if request.messages[-1].role == "user":
+            return ('Let me check.\n<tool_call>{"name": "read_file", "arguments": {"path": "'
+                    + REGISTER_PATH + '"}}</tool_call>\n<tool_call>' + json.dumps(
+                        {"name": "run_check_script", "arguments": {"code": script}}) + "</tool_call>")
+        observed = [m.content for m in request.messages if m.role == "tool"]
+        assert "case_id" in observed[0] and observed[1].startswith("FAILED")
+        return "The register is wrong.\nVERDICT: FAIL my script found a problem"
+
+    backend = FakeBackend(reply, tokens=7)
+    trajectory = rollouts["oracle"][0]
+    with AgentJudge(workers=1, backend=backend, limits=Limits(wall_seconds=5)) as judge:
+        judgement = judge.judge([(trajectory, pack)])[0]
+    assert not any(judgement.passed.values())
+    assert all(judgement.compiled.values())  # the ground truth is untouched
+    assert all("agent review: FAIL (my script found a problem)" in v["evidence"] for v in judgement.verdicts)
+    assert judgement.output_tokens == 7 * 2 * len(pack.rubric)
+    assert set(judgement.criterion_tokens.values()) == {14}
+    assert backend.begun == backend.ended and len(backend.begun) == len(pack.rubric)
+    assert backend.requests[0].tools and backend.requests[0].temperature == 0.0
+
+
+def test_an_agent_judge_with_a_model_never_passes_a_failing_criterion(packs, rollouts) -> None:
+    pack = packs[0]
+    trajectory = rollouts["noisy"][0]  # effects skipped
+    backend = FakeBackend(lambda r: "VERDICT: PASS looks fine to me")
+    with AgentJudge(workers=1, backend=backend) as judge:
+        judgement = judge.judge([(trajectory, pack)])[0]
+    assert judgement.passed == judgement.compiled
+    assert not all(judgement.passed.values())
+    reviewed = sum(judgement.compiled.values())
+    assert len(backend.begun) == reviewed and judgement.output_tokens == 5 * reviewed
+    silent = FakeBackend(lambda r: "hmm")
+    with AgentJudge(workers=1, backend=silent) as judge:
+        judgement = judge.judge([(rollouts["oracle"][0], pack)])[0]
+    assert all(judgement.passed.values())
+    assert all("gave no verdict" in v["evidence"] for v in judgement.verdicts)
+
+
+def test_a_text_judge_with_a_model(packs, rollouts) -> None:
+    pack = packs[0]
+    ids = [c.criterion_id for c in pack.rubric]
+    trajectory = rollouts["noisy"][0]
+
+    def reply(request: ChatRequest) -> str:
+        prompt = request.messages[-1].content
+        assert "Transcript:" in prompt and all(f"- {cid}:" in prompt for cid in ids)
+        assert "ASSISTANT:" in prompt and "<tool_call>" in prompt
+        return "Here you go:\n```json\n" + json.dumps({cid: cid != ids[0] for cid in ids}) + "\n```"
+
+    backend = FakeBackend(reply, tokens=11)
+    judgement = TextJudge(backend).judge([(trajectory, pack)])[0]
+    assert judgement.passed == {cid: cid != ids[0] for cid in ids}
+    assert judgement.output_tokens == 11 and sum(judgement.criterion_tokens.values()) == 11
+    garbage = TextJudge(FakeBackend(lambda r: "I think it is fine")).judge([(trajectory, pack)])[0]
+    assert not any(garbage.passed.values())
+    assert all(v["evidence"] == "no parseable verdict from the model" for v in garbage.verdicts)
+
+
+def test_parse_answer_is_robust() -> None:
+    ids = ["C1", "C2", "C3"]
+    assert parse_answer('{"C1": true, "C2": "fail", "C3": "PASS"}', ids) == {"C1": True, "C2": False,
+                                                                             "C3": True}
+    assert parse_answer('[{"criterion_id": "c1", "passed": false}, {"criterion_id": "C2", '
+                        '"verdict": "pass"}]', ids) == {"C1": False, "C2": True}
+    assert parse_answer("C1: PASS\nC2 - fail\nC3 = yes", ids) == {"C1": True, "C2": False, "C3": True}
+    assert parse_answer('{"verdicts": {"C1": 1, "C2": 0}} and {"C3": "maybe"}', ids) == {"C1": True,
+                                                                                         "C2": False}
+    assert parse_answer("{not json", ids) == {} and parse_answer("", ids) == {}
+
+
+# ----------------------------------------------------------------------------- metrics
+
+def test_error_rates_against_the_compiled_checks(agent_judge, packs, rollouts) -> None:
+    trajectories = [t for policy in POLICIES for t in rollouts[policy]]
+    pack_of = {p.task_id: p for p in packs}
+    chunk_packs = [pack_of[t.task_id] for t in trajectories]
+    items = list(zip(trajectories, chunk_packs, strict=True))
+    by_agent, by_text = agent_judge.judge(items), TextJudge().judge(items)
+    stats = JudgeStats()
+    stats.add(trajectories, chunk_packs, by_agent, {"agent": by_agent, "text": by_text})
+    summary = stats.summary()
+    agent, text = summary["judges"]["agent"], summary["judges"]["text"]
+    assert agent["vs_truth"]["all"]["trajectories"]["false_accepts"] == 0
+    assert agent["vs_truth"]["all"]["criteria"]["all"]["false_reject_rate"] == 0
+    assert agent["accepted"] == len(packs)  # only the oracle rollouts
+    assert text["accepted"] == len(trajectories)
+    for policy in ("noisy", "claim_only", "collateral_damage"):
+        assert text["vs_truth"][policy]["trajectories"]["false_accept_rate"] == 1.0
+    assert text["vs_truth"]["oracle"]["trajectories"]["false_accept_rate"] is None  # none truly fail
+    assert text["vs_truth"]["all"]["criteria"]["realization"]["false_accepts"] > 0
+    assert summary["collateral"]["rollouts_flagged"] == len(packs)
+    assert text["output_tokens"] == 0 and agent["output_tokens"] == 0
+
+
+def test_judging_problems_name_what_could_not_be_judged(agent_judge, packs, rollouts) -> None:
+    pack = packs[0]
+    judgement = agent_judge.judge([(rollouts["noisy"][0], pack)])[0]
+    assert judging_problems(judgement, pack.rubric) == []  # failing criteria are judged cleanly
+    broken = type(pack)(**{**pack.__dict__, "checks": {**pack.checks, pack.rubric[0].criterion_id: {}}})
+    judgement = agent_judge.judge([(rollouts["oracle"][0], broken)])[0]
+    first = pack.rubric[0].criterion_id
+    assert judging_problems(judgement, broken.rubric) == [f"{first}: unknown check op None"]

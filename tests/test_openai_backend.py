@@ -1,0 +1,77 @@
+"""The ``openai`` backend against a real OpenAI-compatible server on loopback
+(``transformers serve`` with the tiny test checkpoint), through the rollout engine."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from interlock.agents.backends import ChatRequest, TaskContext
+from interlock.agents.backends.openai_backend import OpenAIBackend
+from interlock.agents.messages import Message
+from interlock.agents.rollout import RolloutLimits, run_episodes
+from interlock.agents.trajectory import FINISH_REASONS
+from interlock.errors import InterlockError
+from interlock.rollouts import plan_episodes
+
+SERVE = Path(sys.executable).with_name("transformers")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_checkpoint):
+    pytest.importorskip("fastapi", reason="the serving extra of transformers is not installed")
+    port = _free_port()
+    process = subprocess.Popen([str(SERVE), "serve", str(tiny_checkpoint), "--host", "127.0.0.1",
+                                "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"transformers serve exited: {process.stderr.read().decode()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        process.kill()
+        pytest.fail("transformers serve did not come up within 120 s")
+    yield f"{url}/v1"
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def test_rollouts_run_through_a_real_server(server, tiny_checkpoint, tasks, tmp_path):
+    contexts = [TaskContext(p.task_id, p, g, d) for d, _, g, p in tasks[:2]]
+    backend = OpenAIBackend(server, str(tiny_checkpoint))
+    episodes = plan_episodes(iter(contexts), policy="tiny/openai", attempts=2, seed=3)
+    trajectories = list(run_episodes(episodes, backend, RolloutLimits(max_turns=2, max_new_tokens=12),
+                                     tmp_path))
+    assert len(trajectories) == 4
+    for t in trajectories:
+        assert t.finish_reason in FINISH_REASONS
+        assert t.generated_tokens > 0 and t.prompt_tokens > 0, "token counts come from the server"
+        assert [m.role for m in t.messages[:3]] == ["system", "user", "assistant"]
+
+
+def test_a_dead_server_is_a_clear_error():
+    backend = OpenAIBackend(f"http://127.0.0.1:{_free_port()}/v1", "none", timeout=5)
+    request = ChatRequest("k", (Message("user", "hi"),))
+    with pytest.raises(InterlockError, match="cannot reach the server"):
+        backend.complete([request])

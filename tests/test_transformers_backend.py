@@ -1,0 +1,192 @@
+"""The `transformers` backend on the tiny random model: batched multi-turn generation, KV-cache
+reuse that changes nothing but the work done, seeded sampling, and the context limit."""
+
+from __future__ import annotations
+
+import pytest
+
+from interlock.agents.backends import ChatRequest, Completion
+from interlock.agents.backends.transformers_backend import GQA_ATTENTION, TransformersBackend
+from interlock.agents.messages import Message
+from interlock.agents.protocol import parse_turn
+from interlock.models.checkpoint import load_checkpoint
+from interlock.workspace import TOOL_SPECS, ToolCall
+
+TOOLS = tuple(TOOL_SPECS)
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_checkpoint):
+    """The tiny model, run on one thread: its operations are too small to share between threads,
+    and a second thread only waits (for a long time when another process holds the other core)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield load_checkpoint(tiny_checkpoint)
+    torch.set_num_threads(threads)
+
+
+def backend(loaded, **kwargs) -> TransformersBackend:
+    model, tokenizer = loaded
+    return TransformersBackend(model=model, tokenizer=tokenizer, **kwargs)
+
+
+def opening(i: int) -> list[Message]:
+    """Episodes of different lengths from the start."""
+    return [Message("system", "You are an agent."),
+            Message("user", f"Task {i}: process the pending cases. " + "Check the policy. " * (3 * i))]
+
+
+def requests_for(convos: list[list[Message]], temperature: float, turn: int) -> list[ChatRequest]:
+    return [ChatRequest(f"episode-{i}", tuple(c), TOOLS, max_new_tokens=6 + 3 * i, temperature=temperature,
+                        seed=1000 * i + turn) for i, c in enumerate(convos)]
+
+
+def play(engine: TransformersBackend, turns: int, temperature: float = 0.0,
+         fresh: TransformersBackend | None = None) -> list[list[Completion]]:
+    """A multi-turn rollout: each episode's generated text goes back as its assistant turn (as
+    parsed), followed by a tool result; with ``fresh``, every turn is also run by a backend that
+    keeps no cache, and both must agree."""
+    convos = [opening(i) for i in range(4)]
+    history = []
+    for turn in range(turns):
+        requests = requests_for(convos, temperature, turn)
+        done = engine.complete(requests)
+        if fresh is not None:
+            again = fresh.complete(requests)
+            assert [(c.text, c.finish_reason, c.prompt_tokens, c.completion_tokens) for c in done] == \
+                [(c.text, c.finish_reason, c.prompt_tokens, c.completion_tokens) for c in again], turn
+        history.append(done)
+        for i, completion in enumerate(done):
+            parsed = parse_turn(completion.text)
+            convos[i] += [Message("assistant", parsed.content, parsed.calls),
+                          Message("tool", f"result {turn} of episode {i}\n" + "row,1\n" * (i + turn),
+                                  name="read_file")]
+    return history
+
+
+def test_cache_reuse_gives_the_same_greedy_output_as_fresh_full_prompts(loaded):
+    engine, fresh = backend(loaded), backend(loaded, reuse_cache=False)
+    history = play(engine, turns=4, fresh=fresh)
+    assert all(len(turn) == 4 for turn in history)
+    # the conversation prefix was reused, not recomputed
+    stats = engine.stats
+    assert stats.prompt_tokens == fresh.stats.prompt_tokens
+    assert stats.reused_tokens > 0.7 * stats.prompt_tokens
+    assert stats.prefilled_tokens + stats.reused_tokens == stats.prompt_tokens
+    assert fresh.stats.reused_tokens == 0
+    # different max_new_tokens per episode: rows left the batch at different steps
+    assert [c.completion_tokens for c in history[0]] == [6, 9, 12, 15]
+    assert all(c.finish_reason == "length" for turn in history for c in turn)
+
+
+def test_cache_reuse_with_stops_and_sampling(loaded):
+    """Rows that stop early (a stop token) and rows that run to their limit, sampled at T=1."""
+    probe = backend(loaded, reuse_cache=False)
+    first = probe.complete(requests_for([opening(i) for i in range(4)], 1.0, 0))
+    tokenizer = loaded[1]
+    # make a token that episode 1 samples early a stop token, for both backends
+    stop = tokenizer(first[1].text, add_special_tokens=False)["input_ids"][2]
+    engine, fresh = backend(loaded), backend(loaded, reuse_cache=False)
+    for b in (engine, fresh):
+        b.stop_ids.add(stop)
+    history = play(engine, turns=3, temperature=1.0, fresh=fresh)
+    reasons = {c.finish_reason for turn in history for c in turn}
+    assert reasons == {"stop", "length"}
+    stopped = [c for turn in history for c in turn if c.finish_reason == "stop"]
+    assert all(c.completion_tokens == len(tokenizer(c.text, add_special_tokens=False)["input_ids"]) + 1
+               for c in stopped if c.text)  # the stop token counts as generated, not as text
+
+
+def test_sampling_is_deterministic_given_the_seed(loaded):
+    convos = [opening(i) for i in range(3)]
+    one = backend(loaded).complete(requests_for(convos, 0.9, 0))
+    two = backend(loaded).complete(requests_for(convos, 0.9, 0))
+    assert [c.text for c in one] == [c.text for c in two]
+    reseeded = [ChatRequest(r.key, r.messages, r.tools, r.max_new_tokens, r.temperature, r.seed + 1)
+                for r in requests_for(convos, 0.9, 0)]
+    three = backend(loaded).complete(reseeded)
+    assert [c.text for c in three] != [c.text for c in one]
+
+
+def test_prompt_tokens_are_the_full_prompt(loaded):
+    engine = backend(loaded)
+    request = requests_for([opening(0)], 0.0, 0)[0]
+    done = engine.complete([request])[0]
+    assert done.prompt_tokens == len(engine.prompt_ids(request))
+    text = loaded[1].apply_chat_template([m.to_dict() for m in request.messages], tools=list(TOOLS),
+                                         add_generation_prompt=True, tokenize=False)
+    assert text.endswith("<|im_start|>assistant\n")
+    assert engine.prompt_ids(request) == loaded[1](text, add_special_tokens=False)["input_ids"]
+
+
+def test_context_limit_returns_context_without_generating(loaded):
+    engine = backend(loaded)
+    convos = [opening(0), opening(6)]
+    lengths = [len(engine.prompt_ids(r)) for r in requests_for(convos, 0.0, 0)]
+    engine.max_context = lengths[0] + 6  # room for the short episode's 6 new tokens only
+    short, long = engine.complete(requests_for(convos, 0.0, 0))
+    assert long == Completion("", lengths[1], 0, "context")
+    assert short.finish_reason == "length" and short.completion_tokens == 6
+    assert "episode-1" not in engine._cache
+
+
+def test_end_drops_the_episode_cache_and_the_budget_evicts(loaded):
+    engine = backend(loaded)
+    engine.complete(requests_for([opening(i) for i in range(3)], 0.0, 0))
+    assert set(engine._cache) == {"episode-0", "episode-1", "episode-2"}
+    engine.end("episode-1")
+    assert set(engine._cache) == {"episode-0", "episode-2"}
+    engine.end("never-seen")  # harmless
+    small = backend(loaded, cache_bytes=1)
+    small.complete(requests_for([opening(i) for i in range(3)], 0.0, 0))
+    assert len(small._cache) == 1  # least recently used first out; the newest always stays
+
+
+def test_a_new_episode_borrows_the_shared_prefix(loaded):
+    engine = backend(loaded)
+    engine.complete(requests_for([opening(0)], 0.0, 0))
+    before = engine.stats.reused_tokens
+    other = ChatRequest("another", tuple(opening(5)), TOOLS, max_new_tokens=2)
+    engine.complete([other])
+    # the system prompt and the tool list were computed once, for the first episode
+    assert engine.stats.reused_tokens - before > 0.5 * len(engine.prompt_ids(other))
+
+
+def test_the_backend_uses_gqa_attention_on_cpu(loaded):
+    engine = backend(loaded)
+    assert engine.model.config._attn_implementation == GQA_ATTENTION
+    assert engine.name == "transformers"
+
+
+def test_tool_calls_in_the_output_parse(loaded):
+    """What the backend returns is plain text for parse_turn; a call rendered into the next
+    prompt matches what the template renders for the same message."""
+    engine = backend(loaded)
+    call = ToolCall("read_file", {"path": "REQUEST.md"})
+    convo = [*opening(0), Message("assistant", "", (call,)), Message("tool", "# Request", name="read_file")]
+    request = ChatRequest("x", tuple(convo), TOOLS, max_new_tokens=3)
+    text = loaded[1].decode(engine.prompt_ids(request))
+    assert '<|im_start|>assistant\n<tool_call>{"name": "read_file", "arguments": {"path": "REQUEST.md"}}' \
+           '</tool_call><|im_end|>\n<|im_start|>tool\n# Request<|im_end|>\n' in text
+
+
+def test_batched_rows_match_rows_run_alone(loaded):
+    """Left padding and the per-row masks and positions change nothing: each row of a batch
+    generates what it generates alone (no padding), and what `model.generate` does greedily."""
+    import torch
+
+    model, tokenizer = loaded
+    requests = requests_for([opening(i) for i in range(4)], 0.0, 0)
+    together = backend(loaded, reuse_cache=False).complete(requests)
+    alone = [backend(loaded, reuse_cache=False).complete([r])[0] for r in requests]
+    assert [c.text for c in together] == [c.text for c in alone]
+    engine = backend(loaded)
+    for request, completion in zip(requests, together, strict=True):
+        ids = torch.tensor([engine.prompt_ids(request)])
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                 max_new_tokens=request.max_new_tokens, eos_token_id=sorted(engine.stop_ids),
+                                 pad_token_id=engine.pad_id)
+        assert tokenizer.decode(out[0, ids.shape[1]:]) == completion.text
