@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,14 +110,21 @@ def iter_blueprints(path: Path, catalog: Catalog) -> Iterator[list[Blueprint]]:
 
 def run_graphs(domains_path: Path, blueprints_path: Path, out: Path) -> int:
     catalog = load_domains(domains_path)
-    total = count_rows(blueprints_path, schemas.BLUEPRINTS)
+    return _map_to_tables(
+        iter_blueprints(blueprints_path, catalog), out, schemas.GRAPH_TABLES,
+        lambda blueprint: graph_rows(build_graph(blueprint, catalog[blueprint.domain_id])),
+        total=count_rows(blueprints_path, schemas.BLUEPRINTS), stage="graphs")
+
+
+def _map_to_tables(batches: Iterator[list], out: Path, table_schemas: dict, to_rows: Callable[[object], dict],
+                   *, total: int, stage: str) -> int:
+    """Turn every item of every batch into table rows; one aligned row group per batch."""
     count = 0
-    with write_table_set(out, schemas.GRAPH_TABLES) as tables, _progress(total, "graphs") as bar:
-        for batch in iter_blueprints(blueprints_path, catalog):
-            rows: dict[str, list[dict]] = {name: [] for name in schemas.GRAPH_TABLES}
-            for blueprint in batch:
-                graph = build_graph(blueprint, catalog[blueprint.domain_id])
-                for name, table_rows in graph_rows(graph).items():
+    with write_table_set(out, table_schemas) as tables, _progress(total, stage) as bar:
+        for batch in batches:
+            rows: dict[str, list[dict]] = {name: [] for name in table_schemas}
+            for item in batch:
+                for name, table_rows in to_rows(item).items():
                     rows[name] += table_rows
             tables.write(rows)
             count += len(batch)
@@ -144,18 +151,10 @@ def build_pack(graph: CompletionGraph, domain: Domain) -> TaskPack:
 
 def run_packs(domains_path: Path, graphs_dir: Path, out: Path) -> int:
     catalog = load_domains(domains_path)
-    total = count_rows(graphs_dir / "tasks.parquet", schemas.GRAPH_TABLES["tasks"])
-    count = 0
-    with write_table_set(out, schemas.PACK_TABLES) as tables, _progress(total, "packs") as bar:
-        for graphs in iter_graphs(graphs_dir):
-            rows: dict[str, list[dict]] = {name: [] for name in schemas.PACK_TABLES}
-            for graph in graphs:
-                for name, table_rows in pack_rows(build_pack(graph, catalog[graph.domain_id])).items():
-                    rows[name] += table_rows
-            tables.write(rows)
-            count += len(graphs)
-            bar.update(len(graphs))
-    return count
+    return _map_to_tables(
+        iter_graphs(graphs_dir), out, schemas.PACK_TABLES,
+        lambda graph: pack_rows(build_pack(graph, catalog[graph.domain_id])),
+        total=count_rows(graphs_dir / "tasks.parquet", schemas.GRAPH_TABLES["tasks"]), stage="packs")
 
 
 def iter_packs(folder: Path) -> Iterator[list[TaskPack]]:

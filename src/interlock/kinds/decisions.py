@@ -38,6 +38,12 @@ class DecisionKind:
 
     name: ClassVar[str]
     template: ClassVar[Template]
+    #: case columns the rule reads (roles of :class:`~interlock.catalog.CaseTable`)
+    reads: ClassVar[tuple[str, ...]] = ()
+    #: whether the positive outcome is a word the domain chooses ("approved", "paid")
+    positive_word: ClassVar[bool] = False
+    #: parameters that are whole numbers (parsed back from the clause as int)
+    numbers: ClassVar[tuple[str, ...]] = ()
 
     def sample_case(self, rng: random.Random, domain: Domain) -> Row:
         """Values for the case columns; every declared column is filled, used or not."""
@@ -57,8 +63,12 @@ class DecisionKind:
         return {}
 
     def rule(self, domain: Domain, params: dict) -> dict:
-        """The clause's content: parameters plus the domain's words."""
-        return {"noun": domain.case.noun, "fallback": domain.decision.fallback, **params}
+        """The clause's content: parameters plus the domain's words and column names."""
+        rule = {"noun": domain.case.noun, "fallback": domain.decision.fallback, **params}
+        if self.positive_word:
+            rule["positive"] = domain.decision.positive
+        rule.update({role: getattr(domain.case, role) for role in self.reads})
+        return rule
 
     def render(self, rule: dict) -> str:
         return self.template.render(**self._text_fields(rule))
@@ -71,7 +81,7 @@ class DecisionKind:
         return rule
 
     def _rule_fields(self, fields: dict[str, str]) -> dict:
-        return fields
+        return {k: int(v) if k in self.numbers else v for k, v in fields.items()}
 
     def alternatives(self, row: Row, rule: dict, options: list[Row]) -> list[Outcome]:
         """Admissible outcomes in order of preference; the last is always the fallback."""
@@ -80,6 +90,7 @@ class DecisionKind:
 
 class LimitApproval(DecisionKind):
     name = "limit_approval"
+    reads, positive_word, numbers = ("amount",), True, ("limit",)
     template = Template(
         "A {noun} is {positive} when its {amount} is at most {limit}; otherwise it is {fallback}."
     )
@@ -89,13 +100,6 @@ class LimitApproval(DecisionKind):
         cut = rng.randint(max(1, len(amounts) // 2), len(amounts))
         upper = amounts[cut] if cut < len(amounts) else amounts[-1] + 500
         return {"limit": rng.randint(amounts[cut - 1], max(amounts[cut - 1], upper - 1))}
-
-    def rule(self, domain, params):
-        return {**super().rule(domain, params), "positive": domain.decision.positive,
-                "amount": domain.case.amount}
-
-    def _rule_fields(self, fields):
-        return {**fields, "limit": int(fields["limit"])}
 
     def alternatives(self, row, rule, options):
         amount = _int(row, rule["amount"])
@@ -107,6 +111,7 @@ class LimitApproval(DecisionKind):
 
 class EligibilityApproval(DecisionKind):
     name = "eligibility_approval"
+    reads, positive_word = ("amount", "category"), True
     template = Template(
         "A {noun} is {positive} for its full {amount} only when its {category} is one of: "
         "{allowed}; otherwise it is {fallback}."
@@ -116,10 +121,6 @@ class EligibilityApproval(DecisionKind):
         categories = list(domain.case.categories)
         allowed = rng.sample(categories, rng.randint(2, len(categories) - 1))
         return {"allowed": sorted(allowed)}
-
-    def rule(self, domain, params):
-        return {**super().rule(domain, params), "positive": domain.decision.positive,
-                "amount": domain.case.amount, "category": domain.case.category}
 
     def _text_fields(self, rule):
         return {**rule, "allowed": join_words(rule["allowed"])}
@@ -136,6 +137,7 @@ class EligibilityApproval(DecisionKind):
 
 class CappedPayment(DecisionKind):
     name = "capped_payment"
+    reads, positive_word, numbers = ("amount",), True, ("cap",)
     template = Template(
         "A {noun} is {positive} its {amount} up to a maximum of {cap}; one that cannot be paid "
         "is {fallback}."
@@ -145,13 +147,6 @@ class CappedPayment(DecisionKind):
         amounts = sorted(_int(r, domain.case.amount) for r in rows)
         return {"cap": rng.randint(amounts[0], amounts[-1] + 200)}
 
-    def rule(self, domain, params):
-        return {**super().rule(domain, params), "positive": domain.decision.positive,
-                "amount": domain.case.amount}
-
-    def _rule_fields(self, fields):
-        return {**fields, "cap": int(fields["cap"])}
-
     def alternatives(self, row, rule, options):
         paid = min(_int(row, rule["amount"]), rule["cap"])
         return [Outcome(rule["positive"], paid), Outcome(rule["fallback"], fallback=True)]
@@ -159,6 +154,7 @@ class CappedPayment(DecisionKind):
 
 class RatePayment(DecisionKind):
     name = "rate_payment"
+    reads, positive_word, numbers = ("quantity",), True, ("rate",)
     template = Template(
         "A {noun} is {positive} {rate} for each unit of {quantity}; one that cannot be paid is "
         "{fallback}."
@@ -167,13 +163,6 @@ class RatePayment(DecisionKind):
     def sample_params(self, rng, domain, rows):
         return {"rate": rng.randrange(4, 40) * 5}
 
-    def rule(self, domain, params):
-        return {**super().rule(domain, params), "positive": domain.decision.positive,
-                "quantity": domain.case.quantity}
-
-    def _rule_fields(self, fields):
-        return {**fields, "rate": int(fields["rate"])}
-
     def alternatives(self, row, rule, options):
         paid = _int(row, rule["quantity"]) * rule["rate"]
         return [Outcome(rule["positive"], paid), Outcome(rule["fallback"], fallback=True)]
@@ -181,15 +170,13 @@ class RatePayment(DecisionKind):
 
 class TierAssignment(DecisionKind):
     name = "tier_assignment"
+    reads = ("score",)
     template = Template("A {noun} is placed by its {score}: {bands}; anything lower is {fallback}.")
 
     def sample_params(self, rng, domain, rows):
         tiers = domain.decision.tiers
         thresholds = sorted(rng.sample(range(35, 95, 5), len(tiers)), reverse=True)
         return {"tiers": [[tier, floor] for tier, floor in zip(tiers, thresholds, strict=True)]}
-
-    def rule(self, domain, params):
-        return {**super().rule(domain, params), "score": domain.case.score}
 
     def _text_fields(self, rule):
         return {**rule, "bands": join_words([f"{tier} from {floor}" for tier, floor in rule["tiers"]])}
@@ -207,6 +194,7 @@ class TierAssignment(DecisionKind):
 
 class TeamRouting(DecisionKind):
     name = "team_routing"
+    reads = ("category",)
     template = Template(
         "A {noun} goes to the team for its {category}: {routes}; one that cannot go there goes "
         "to {fallback}."
@@ -215,9 +203,6 @@ class TeamRouting(DecisionKind):
     def sample_params(self, rng, domain, rows):
         teams = rng.sample(domain.decision.teams, len(domain.decision.teams))
         return {"routes": [[c, teams[i % len(teams)]] for i, c in enumerate(domain.case.categories)]}
-
-    def rule(self, domain, params):
-        return {**super().rule(domain, params), "category": domain.case.category}
 
     def _text_fields(self, rule):
         return {**rule, "routes": join_words([f"{c} to {team}" for c, team in rule["routes"]])}
@@ -233,6 +218,7 @@ class TeamRouting(DecisionKind):
 
 class OptionSelection(DecisionKind):
     name = "option_selection"
+    numbers = ("min_rating",)
     template = Template(
         "Each {noun} is awarded the cheapest of its {option_plural} in `{options_table}` with a "
         "rating of at least {min_rating} (ties to the lower id); if that one cannot be taken, the "
@@ -247,9 +233,6 @@ class OptionSelection(DecisionKind):
         return {**super().rule(domain, params), "option_plural": options.plural,
                 "options_table": options.table}
 
-    def _rule_fields(self, fields):
-        return {**fields, "min_rating": int(fields["min_rating"])}
-
     def alternatives(self, row, rule, options):
         qualifying = sorted(
             (_int(o, "cost"), str(o["id"])) for o in options if _int(o, "rating") >= rule["min_rating"]
@@ -261,6 +244,7 @@ class OptionSelection(DecisionKind):
 
 class DueDate(DecisionKind):
     name = "due_date"
+    reads, numbers = ("date",), ("days",)
     template = Template(
         "Each {noun} is due {days} days after its {date}; if that day cannot be used, the next "
         "day; one that cannot be scheduled is {fallback}."
@@ -270,12 +254,6 @@ class DueDate(DecisionKind):
 
     def sample_params(self, rng, domain, rows):
         return {"days": rng.randint(3, 14)}
-
-    def rule(self, domain, params):
-        return {**super().rule(domain, params), "date": domain.case.date}
-
-    def _rule_fields(self, fields):
-        return {**fields, "days": int(fields["days"])}
 
     def alternatives(self, row, rule, options):
         first = date.fromisoformat(str(row[rule["date"]])) + timedelta(days=rule["days"])
