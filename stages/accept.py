@@ -12,7 +12,7 @@ from interlock.judges.run import run_accept, write_tsv
 
 
 def main(params: Params, data: Artifacts) -> None:
-    metrics, plot = run_accept(data.trajectories, data.root / "judge",
+    metrics, plot = run_accept(data.trajectories, data.judgements,
                                data.packs, data.root / "accepted" / "trajectories.parquet",
                                judge=params.judge.name)
     write_json(Path("metrics/accept.json"), metrics)

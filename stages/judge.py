@@ -17,14 +17,19 @@ from interlock.judges.run import run_judge
 
 
 def main(params: Params, data: Artifacts) -> None:
-    metrics = run_judge(data.trajectories, data.packs, data.root / "judge")
+    # the policy's rollouts (what accept keeps), and the review's validation rollouts by the
+    # scripted noisy solver: a pool with a known completion gap to measure the judges on
+    metrics = {"rollouts": run_judge(data.trajectories, data.packs, data.judgements),
+               "calibration": run_judge(data.review / "validation.parquet", data.packs,
+                                        data.root / "judge" / "calibration")}
     write_json(Path("metrics/judge.json"), metrics)
-    for name, judge in metrics["judges"].items():
-        rates = judge["vs_truth"].get("all", {}).get("trajectories") or {}
-        print(f"judge: {name}: {judge['accepted']} of {judge['rollouts']} accepted, "
-              f"{judge['rollouts_per_second']} rollouts/s, {judge['output_tokens']} output tokens, "
-              f"false accepts {rates.get('false_accept_rate')}, "
-              f"false rejects {rates.get('false_reject_rate')}")
+    for pool, summary in metrics.items():
+        for name, judge in summary["judges"].items():
+            rates = judge["vs_truth"].get("all", {}).get("trajectories") or {}
+            print(f"judge: {pool}: {name}: {judge['accepted']} of {judge['rollouts']} accepted, "
+                  f"{judge['rollouts_per_second']} rollouts/s, {judge['output_tokens']} output tokens, "
+                  f"false accepts {rates.get('false_accept_rate')}, "
+                  f"false rejects {rates.get('false_reject_rate')}")
 
 
 if __name__ == "__main__":

@@ -45,10 +45,12 @@ def _write_pool(data: Path, tasks: list, policies: tuple[str, ...] = POLICIES) -
                                  ignore_coupling=0.0)
     trajectories = [t.to_row() for t in made]
     half = len(trajectories) // 2
-    with write_row_groups(data / "rollouts" / "trajectories.parquet", schemas.TRAJECTORIES) as writer:
-        for group in (trajectories[:half], trajectories[half:]):
-            if group:
-                writer.write(group)
+    # the same rollouts stand in for the review's validation pool (the judges' calibration pool)
+    for path in (data / "rollouts" / "trajectories.parquet", data / "review" / "validation.parquet"):
+        with write_row_groups(path, schemas.TRAJECTORIES) as writer:
+            for group in (trajectories[:half], trajectories[half:]):
+                if group:
+                    writer.write(group)
     return trajectories
 
 
@@ -75,8 +77,8 @@ def project(tasks, tmp_path_factory) -> Path:
 
 def test_the_judge_stage_writes_both_judges_verdicts_deterministically(project: Path, tasks) -> None:
     out = _stage(project, "judge")
-    assert "judge: agent:" in out and "judge: text:" in out
-    judge_dir = project / "data" / "judge"
+    assert "judge: rollouts: agent:" in out and "judge: calibration: text:" in out
+    judge_dir = project / "data" / "judge" / "rollouts"
     first = _snapshot(judge_dir)
     assert set(first) == {"agent.parquet", "text.parquet", "collateral.parquet"}
     _stage(project, "judge")
@@ -91,6 +93,8 @@ def test_the_judge_stage_writes_both_judges_verdicts_deterministically(project: 
     collateral = read_rows(judge_dir / "collateral.parquet", schemas.COLLATERAL)
     assert {r["rollout_id"].split("-")[0] for r in collateral} == {"collateral_damage"}
     metrics = json.loads((project / "metrics" / "judge.json").read_text())
+    assert metrics["calibration"]["judges"]["agent"]["rollouts"] == len(trajectories)
+    metrics = metrics["rollouts"]
     agent, text = metrics["judges"]["agent"], metrics["judges"]["text"]
     assert agent["vs_truth"]["all"]["trajectories"]["false_accepts"] == 0
     assert text["vs_truth"]["noisy"]["trajectories"]["false_accept_rate"] == 1.0
@@ -104,7 +108,7 @@ def test_the_judge_stage_writes_both_judges_verdicts_deterministically(project: 
 @pytest.mark.parametrize(("judge", "policies"), [("agent", {"oracle"}), ("text", set(POLICIES))])
 def test_the_accept_stage_uses_the_configured_judge(project: Path, tasks, judge: str,
                                                     policies: set[str]) -> None:
-    if not (project / "data" / "judge").exists():
+    if not (project / "data" / "judge" / "rollouts").exists():
         _stage(project, "judge")
     write_params(REPO / "conf", project / "params.yaml", ["scale=smoke", "domains=d4", f"judge={judge}"])
     assert yaml.safe_load((project / "params.yaml").read_text())["judge"] == {"name": judge}
@@ -183,7 +187,7 @@ def test_switching_the_judge_reruns_only_accept(tasks, tmp_path: Path) -> None:
 
     assert "Running stage 'judge'" in _dvc(root, "repro", "-s", "judge")
     assert "Running stage 'accept'" in _dvc(root, "repro", "-s", "accept")
-    verdicts = _snapshot(root / "data" / "judge")
+    verdicts = _snapshot(root / "data" / "judge" / "rollouts")
     assert json.loads((root / "metrics" / "accept.json").read_text())["judge"] == "agent"
 
     write_params(root / "conf", root / "params.yaml", ["scale=smoke", "domains=d4", "judge=text"])
@@ -192,7 +196,7 @@ def test_switching_the_judge_reruns_only_accept(tasks, tmp_path: Path) -> None:
     assert "params.yaml" in status and "modified:" in status and "judge" in status
     assert "Running stage" not in _dvc(root, "repro", "-s", "judge")
     assert "Running stage 'accept'" in _dvc(root, "repro", "-s", "accept")
-    assert _snapshot(root / "data" / "judge") == verdicts
+    assert _snapshot(root / "data" / "judge" / "rollouts") == verdicts
     metrics = json.loads((root / "metrics" / "accept.json").read_text())
     assert metrics["judge"] == "text" and metrics["accepted"] == 4 * len(tasks)
     assert (root / "metrics" / "plots" / "accept_by_domain.tsv").exists()

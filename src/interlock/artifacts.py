@@ -66,6 +66,11 @@ class Artifacts:
         return self.root / "rollouts" / "trajectories.parquet"
 
     @property
+    def judgements(self) -> Path:
+        """Both judges' verdicts on the rollouts (``agent``, ``text``, ``collateral``)."""
+        return self.root / "judge" / "rollouts"
+
+    @property
     def base_model(self) -> Path:
         """The backbone checkpoint (safetensors, tokenizer, chat template, manifest.parquet)."""
         return self.root / "models" / "base"
