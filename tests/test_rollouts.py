@@ -17,6 +17,8 @@ from interlock.agents.rollout import RolloutLimits, run_episodes
 from interlock.agents.scripted import ADVERSARIES, ScriptedBackend
 from interlock.checks import View, run_check
 from interlock.io import read_rows
+from interlock.judges.agent import AgentJudge
+from interlock.judges.base import accepted
 from interlock.rollouts import plan_episodes, run_rollouts
 from interlock.workspace import MemoryStore, ToolCall, apply_changes
 
@@ -75,13 +77,19 @@ def test_noisy_solvers_open_a_completion_gap(tasks, tmp_path):
     assert [t.to_row() for t in again] == [t.to_row() for t in trajectories]
 
 
+@pytest.fixture(scope="module")
+def agent_judge():
+    with AgentJudge(workers=2) as judge:
+        yield judge
+
+
 def _tree(root: Path, skip: Path) -> dict[str, float]:
     """Every path under ``root`` but the episodes' own workspaces, with its modification time."""
     return {str(p): p.stat().st_mtime for p in root.rglob("*") if p != skip and skip not in p.parents}
 
 
 @pytest.mark.parametrize("policy", ADVERSARIES)
-def test_abuse_is_contained_and_never_accepted(tasks, tmp_path, policy):
+def test_abuse_is_contained_and_never_accepted(tasks, tmp_path, policy, agent_judge):
     contexts = _contexts(tasks)
     workdir = tmp_path / "sandbox" / "workspaces"
     workdir.mkdir(parents=True)
@@ -93,6 +101,8 @@ def test_abuse_is_contained_and_never_accepted(tasks, tmp_path, policy):
     assert _tree(tmp_path, workdir) == before, "nothing outside the workspaces changed"
     assert not Path("/tmp/interlock-escape.txt").exists()
     by_task = {c.task_id: c for c in contexts}
+    judgements = agent_judge.judge([(t, by_task[t.task_id].pack) for t in trajectories])
+    assert not [j.rollout_id for j in judgements if accepted(j.passed, by_task[j.task_id].pack.rubric)]
     assert not [t.rollout_id for t in trajectories if _accepted(t, by_task[t.task_id])]
 
 
