@@ -73,33 +73,19 @@ def test_clean_path_refuses(path) -> None:
 
 # ----------------------------------------------------------------------------- confinement on disk
 
-def _outside_state(base: Path, root: Path) -> dict[str, tuple]:
-    """Everything under ``base`` except the workspace itself: files with bytes and mtime, links."""
+def _tree_state(base: Path, skip: Path | None = None) -> dict[str, tuple]:
+    """Everything under ``base`` (but ``skip`` and what it holds): files with bytes and mtime,
+    links with their targets, folders."""
     state = {}
     for folder, dirs, names in os.walk(base, followlinks=False):
         here = Path(folder)
-        if here == root or root in here.parents:
+        if skip is not None and (here == skip or skip in here.parents):
             continue
         for name in dirs + names:
             path = here / name
-            if path == root:
+            if path == skip:
                 continue
             key = path.relative_to(base).as_posix()
-            if path.is_symlink():
-                state[key] = ("link", os.readlink(path))
-            elif path.is_file():
-                state[key] = ("file", path.read_bytes(), path.stat().st_mtime_ns)
-            else:
-                state[key] = ("dir",)
-    return state
-
-
-def _workspace_state(root: Path) -> dict[str, tuple]:
-    state = {}
-    for folder, dirs, names in os.walk(root, followlinks=False):
-        for name in dirs + names:
-            path = Path(folder) / name
-            key = path.relative_to(root).as_posix()
             if path.is_symlink():
                 state[key] = ("link", os.readlink(path))
             elif path.is_file():
@@ -170,14 +156,14 @@ _ESCAPES = [
                          ids=[f"{t}:{a['path']}" for t, a in _ESCAPES])
 def test_paths_leaving_the_workspace_are_refused(jail, tool: str, arguments: dict) -> None:
     base, root = jail
-    outside, inside = _outside_state(base, root), _workspace_state(root)
+    outside, inside = _tree_state(base, skip=root), _tree_state(root)
     result = _call(DirectoryStore(root), tool, **arguments)
     assert not result.ok and result.output.startswith("error")
     assert arguments["path"] in result.output or repr(arguments["path"]) in result.output
     for leaked in ("SECRET,1", "S-1,secret", "O-1,out", "root:x"):
         assert leaked not in result.output
-    assert _outside_state(base, root) == outside, "something outside the workspace changed"
-    assert _workspace_state(root) == inside, "a refused call changed the workspace"
+    assert _tree_state(base, skip=root) == outside, "something outside the workspace changed"
+    assert _tree_state(root) == inside, "a refused call changed the workspace"
     assert not Path("/tmp/interlock-escape.txt").exists()
 
 
