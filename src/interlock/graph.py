@@ -9,7 +9,7 @@ back to node ids. Invariants are checked when a graph is built and when it is lo
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from interlock.blueprints import Blueprint
@@ -277,8 +277,3 @@ def graphs_from_rows(tables: dict[str, list[dict]], source: str) -> Iterator[Com
             for r in rows["hyperedges"]]
         yield CompletionGraph(task_id, task["domain_id"], task["pool"], task["effects_per_decision"],
                               nodes, edges, hyperedges).validate(source)
-
-
-def iter_graph_batches(rows: Iterable[dict[str, list[dict]]], source: str) -> Iterator[list[CompletionGraph]]:
-    for group in rows:
-        yield list(graphs_from_rows(group, source))
