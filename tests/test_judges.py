@@ -403,3 +403,19 @@ def test_judging_problems_name_what_could_not_be_judged(agent_judge, packs, roll
     judgement = agent_judge.judge([(rollouts["oracle"][0], broken)])[0]
     first = pack.rubric[0].criterion_id
     assert judging_problems(judgement, broken.rubric) == [f"{first}: unknown check op None"]
+
+
+def test_both_judges_run_with_a_real_model(packs, rollouts, tiny_checkpoint) -> None:
+    """The model paths end to end with the tiny checkpoint through the transformers backend: a
+    random model's answers never parse as verdicts, so the text judge fails everything and the
+    agent judge can only add failures to the compiled checks; output tokens are counted."""
+    from interlock.agents.backends.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(tiny_checkpoint)
+    items = [(rollouts["oracle"][0], packs[0])]
+    text = TextJudge(backend).judge(items)[0]
+    assert text.output_tokens > 0 and not any(text.passed.values())
+    with AgentJudge(workers=1, backend=backend, max_turns=2, max_new_tokens=24) as judge:
+        agent = judge.judge(items)[0]
+    assert agent.output_tokens > 0
+    assert all(not passed or agent.compiled[cid] for cid, passed in agent.passed.items())
