@@ -10,6 +10,7 @@ from pathlib import Path
 
 from common import run_stage
 
+from interlock.agents.backends.factory import make_backend
 from interlock.artifacts import Artifacts
 from interlock.config import Params
 from interlock.io import write_json
@@ -19,9 +20,13 @@ from interlock.judges.run import run_judge
 def main(params: Params, data: Artifacts) -> None:
     # the policy's rollouts (what accept keeps), and the review's validation rollouts by the
     # scripted noisy solver: a pool with a known completion gap to measure the judges on
-    metrics = {"rollouts": run_judge(data.trajectories, data.packs, data.judgements),
+    model = None
+    if params.scale.judging.backend == "policy":
+        model = make_backend(params.backbone, data.root / "models" / params.scale.rollouts.policy)
+    backends = {"agent_backend": model, "text_backend": model}
+    metrics = {"rollouts": run_judge(data.trajectories, data.packs, data.judgements, **backends),
                "calibration": run_judge(data.review / "validation.parquet", data.packs,
-                                        data.root / "judge" / "calibration")}
+                                        data.root / "judge" / "calibration", **backends)}
     write_json(Path("metrics/judge.json"), metrics)
     for pool, summary in metrics.items():
         for name, judge in summary["judges"].items():

@@ -169,7 +169,7 @@ def _dvc(root: Path, *args: str) -> str:
     return done.stdout + done.stderr
 
 
-def test_switching_the_judge_reruns_only_accept(tasks, tmp_path: Path) -> None:
+def test_switching_the_judge_reruns_only_accept(tasks, tiny_checkpoint, tmp_path: Path) -> None:
     """`dvc repro -s` on the two stages (upstream artifacts are written here, not synthesized)."""
     root = tmp_path / "repo"
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
@@ -180,6 +180,7 @@ def test_switching_the_judge_reruns_only_accept(tasks, tmp_path: Path) -> None:
             shutil.copy2(REPO / name, root / name)
     write_params(root / "conf", root / "params.yaml", ["scale=smoke", "domains=d4"])
     _write_pool(root / "data", tasks)
+    shutil.copytree(tiny_checkpoint, root / "data" / "models" / "base")  # a dependency of judge
     git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     subprocess.run([*git, "add", "-A"], cwd=root, check=True)

@@ -48,6 +48,14 @@ class ValidationConfig(_Strict):
     ignore_coupling: float = Field(ge=0, le=1)  # noisy: rate of coupling constraints ignored
 
 
+class JudgingConfig(_Strict):
+    """Who backs the judges: scripted programs (the agent judge runs the compiled checks, the text
+    judge believes claims), or the starting policy's model as well (it reads transcripts and, for
+    the agent judge, inspects files and writes checks of its own)."""
+
+    backend: Literal["scripted", "policy"]
+
+
 class ScaleConfig(_Strict):
     name: Literal["smoke", "default", "paper"]
     train_domains: int = Field(ge=1)
@@ -57,6 +65,7 @@ class ScaleConfig(_Strict):
     row_group_tasks: int = Field(ge=1)
     rollouts: RolloutsConfig
     validation: ValidationConfig
+    judging: JudgingConfig
 
     @model_validator(mode="after")
     def _pools(self) -> ScaleConfig:
