@@ -22,7 +22,7 @@ def main(params: Params, data: Artifacts) -> None:
     # scripted noisy solver: a pool with a known completion gap to measure the judges on
     model = None
     if params.scale.judging.backend == "policy":
-        model = make_backend(params.backbone, data.root / "models" / params.scale.rollouts.policy)
+        model = make_backend(params.backbone, data.model(params.scale.rollouts.policy))
     backends = {"agent_backend": model, "text_backend": model}
     metrics = {"rollouts": run_judge(data.trajectories, data.packs, data.judgements, **backends),
                "calibration": run_judge(data.review / "validation.parquet", data.packs,

@@ -18,7 +18,7 @@ from interlock.rollouts import admitted_count, admitted_tasks, fingerprint, plan
 
 def main(params: Params, data: Artifacts) -> None:
     backbone, rollouts = params.backbone, params.scale.rollouts
-    checkpoint = data.root / "models" / rollouts.policy
+    checkpoint = data.model(rollouts.policy)
     limits = RolloutLimits(max_turns=rollouts.max_turns, max_new_tokens=backbone.generation.max_new_tokens,
                            max_observation_chars=rollouts.max_observation_chars,
                            temperature=backbone.generation.temperature)

@@ -73,7 +73,11 @@ class Artifacts:
     @property
     def base_model(self) -> Path:
         """The backbone checkpoint (safetensors, tokenizer, chat template, manifest.parquet)."""
-        return self.root / "models" / "base"
+        return self.model("base")
+
+    def model(self, name: str) -> Path:
+        """A checkpoint under ``models/``: ``base``, or a fine-tuned one such as ``demo_sft``."""
+        return self.root / "models" / name
 
     def require(self, path: Path) -> Path:
         """``path``, or a :class:`MissingArtifacts` error that says how to make it."""

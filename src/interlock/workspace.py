@@ -240,7 +240,7 @@ def _append_record(store: Store, path: str, record: dict) -> ToolResult:
     if unknown:
         return ToolResult(False, f"error: unknown column(s) {', '.join(map(repr, unknown))}; the "
                                  f"columns of {clean_path(path)} are {', '.join(header)}")
-    store.write(path, format_csv(header, [*rows, {k: _cell(v) for k, v in record.items()}]))
+    store.write(path, format_csv(header, [*rows, {k: cell_text(v) for k, v in record.items()}]))
     return ToolResult(True, f"appended a row to {clean_path(path)}")
 
 
@@ -259,7 +259,7 @@ def _update_record(store: Store, path: str, id: str, fields: dict) -> ToolResult
     if not matches:
         return ToolResult(False, f"error: no row with {header[0]} = {id!r} in {clean_path(path)}")
     for row in matches:
-        row.update({k: _cell(v) for k, v in fields.items()})
+        row.update({k: cell_text(v) for k, v in fields.items()})
     store.write(path, format_csv(header, rows))
     return ToolResult(True, f"updated {id} in {clean_path(path)}")
 
@@ -268,7 +268,8 @@ def _submit(store: Store) -> ToolResult:
     return ToolResult(True, "submitted", submitted=True)
 
 
-def _cell(value: object) -> str:
+def cell_text(value: object) -> str:
+    """A record value as a table cell: objects and lists as JSON, everything else as text."""
     return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 
 

@@ -27,7 +27,7 @@ from interlock.agents.trajectory import Trajectory
 from interlock.checks import View, run_check
 from interlock.judges.base import Judgement, check_targets, render_transcript, verdict_row
 from interlock.packs import TaskPack
-from interlock.workspace import MemoryStore, format_csv, parse_csv
+from interlock.workspace import MemoryStore, cell_text, format_csv, parse_csv
 
 NAME = "text"
 SUCCESS_VERBS = ("posted", "recorded", "updated", "wrote", "written", "paid", "notified", "sent",
@@ -83,10 +83,6 @@ def claimed_files(initial: dict[str, str], messages: list[Message]) -> dict[str,
     return files
 
 
-def _text(value: object) -> str:
-    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-
-
 def _append(text: str | None, path: str, record: dict) -> str:
     if not path.endswith(".csv"):
         prefix = text or ""
@@ -94,7 +90,7 @@ def _append(text: str | None, path: str, record: dict) -> str:
         return prefix + json.dumps(record, ensure_ascii=False) + "\n"
     header, rows = parse_csv(text or "")
     header = header + [k for k in record if k not in header]
-    return format_csv(header, [*rows, {k: _text(v) for k, v in record.items()}])
+    return format_csv(header, [*rows, {k: cell_text(v) for k, v in record.items()}])
 
 
 def _update(text: str | None, row_id: str, fields: dict) -> str:
@@ -105,7 +101,7 @@ def _update(text: str | None, row_id: str, fields: dict) -> str:
         matches = [{header[0]: row_id}]
         rows.append(matches[0])
     for row in matches:
-        row.update({k: _text(v) for k, v in fields.items()})
+        row.update({k: cell_text(v) for k, v in fields.items()})
     return format_csv(header, rows)
 
 
