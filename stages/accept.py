@@ -13,7 +13,7 @@ from interlock.judges.run import run_accept, write_tsv
 
 def main(params: Params, data: Artifacts) -> None:
     metrics, plot = run_accept(data.trajectories, data.judgements,
-                               data.packs, data.root / "accepted" / "trajectories.parquet",
+                               data.packs, data.accepted,
                                judge=params.judge.name)
     write_json(Path("metrics/accept.json"), metrics)
     write_tsv(Path("metrics/plots/accept_by_domain.tsv"), plot,

@@ -71,6 +71,21 @@ class Artifacts:
         return self.root / "judge" / "rollouts"
 
     @property
+    def accepted(self) -> Path:
+        """The rollouts whose every mandatory criterion passed under the chosen judge."""
+        return self.root / "accepted" / "trajectories.parquet"
+
+    @property
+    def demos(self) -> Path:
+        """Reference demonstrations: the oracle's trajectories on the admitted ``demo`` tasks."""
+        return self.root / "demos" / "trajectories.parquet"
+
+    @property
+    def evaluation(self) -> Path:
+        """Every evaluated model's rollouts and per-task results on the evaluation pools."""
+        return self.root / "evaluation"
+
+    @property
     def base_model(self) -> Path:
         """The backbone checkpoint (safetensors, tokenizer, chat template, manifest.parquet)."""
         return self.model("base")

@@ -56,6 +56,12 @@ class JudgingConfig(_Strict):
     backend: Literal["scripted", "policy"]
 
 
+class EvaluationSizeConfig(_Strict):
+    """How many rollouts each evaluated model gets per task (the scale's share of evaluation)."""
+
+    attempts: int = Field(ge=1)
+
+
 class ScaleConfig(_Strict):
     name: Literal["smoke", "default", "paper"]
     train_domains: int = Field(ge=1)
@@ -66,6 +72,7 @@ class ScaleConfig(_Strict):
     rollouts: RolloutsConfig
     validation: ValidationConfig
     judging: JudgingConfig
+    evaluation: EvaluationSizeConfig
 
     @model_validator(mode="after")
     def _pools(self) -> ScaleConfig:
@@ -120,6 +127,55 @@ class BackboneConfig(_Strict):
         return self
 
 
+class PhaseConfig(_Strict):
+    """What differs between the two fine-tunings (demonstration warm start, RFT)."""
+
+    epochs: int = Field(ge=1)
+    learning_rate: float = Field(gt=0)
+
+
+class LoraConfig(_Strict):
+    rank: int = Field(ge=1)
+    alpha: float = Field(gt=0)
+    dropout: float = Field(ge=0, lt=1)
+    target_modules: list[str]
+
+
+class TrainConfig(_Strict):
+    """One fine-tuning recipe for both the warm start (``demo``) and RFT (``rft``)."""
+
+    name: str
+    demo: PhaseConfig
+    rft: PhaseConfig
+    batch_tokens: int = Field(ge=16)  # tokens per packed micro-batch
+    gradient_accumulation: int = Field(ge=1)
+    warmup_steps: int = Field(ge=0)
+    weight_decay: float = Field(ge=0)
+    max_grad_norm: float = Field(gt=0)
+    lora: LoraConfig | None = None
+
+
+class EvalConfig(_Strict):
+    """Which checkpoints are compared on which pools; deltas are against the first model."""
+
+    name: str
+    models: list[str] = Field(min_length=1)
+    pools: list[Literal["dev", "benchmark"]] = Field(min_length=1)
+    bootstrap: int = Field(ge=100)
+    confidence: float = Field(gt=0, lt=1)
+
+
+class TrackingConfig(_Strict):
+    """W&B: offline by default (``WANDB_MODE`` in the environment wins), online, or disabled."""
+
+    name: str
+    mode: Literal["offline", "online", "disabled"]
+    project: str
+    entity: str | None = None
+    group: str | None = None  # null: $DVC_EXP_NAME, else "workspace"
+    dir: str | None = None  # null: <repository root>/wandb
+
+
 class Params(BaseModel):
     """The composed parameters; groups added by later stages pass through untouched."""
 
@@ -130,6 +186,9 @@ class Params(BaseModel):
     domains: DomainsConfig
     backbone: BackboneConfig
     judge: JudgeConfig
+    train: TrainConfig
+    eval: EvalConfig
+    tracking: TrackingConfig
 
 
 def load_params(path: Path | str = "params.yaml") -> Params:
