@@ -74,6 +74,18 @@ def scripted_rollouts(contexts: Iterable[TaskContext], policies: Iterable[str], 
     return trajectories
 
 
+def write_demonstrations(tasks: Iterable[TaskContext], out: Path, *, seed: int, workdir: Path) -> dict:
+    """Reference demonstrations: the oracle through the rollout engine on ``tasks`` (the admitted
+    ``demo`` pool), written like any rollouts (TRAJECTORIES schema, sorted by rollout id)."""
+    demos = sorted(scripted_rollouts(tqdm(tasks, desc="demos", unit="task", dynamic_ncols=True),
+                                     ["oracle"], seed=seed, workdir=workdir),
+                   key=lambda t: t.rollout_id)
+    with write_row_groups(out, schemas.TRAJECTORIES) as writer:
+        for group in batched([t.to_row() for t in demos], 256):
+            writer.write(group)
+    return summarize(demos)
+
+
 def fingerprint(*parts: object) -> str:
     return hashlib.sha256(dumps(list(parts)).encode()).hexdigest()[:16]
 

@@ -101,3 +101,26 @@ MODEL_MANIFEST = pa.schema([
     ("chat_template_sha256", s), ("notes", s),
     ("files", pa.list_(pa.struct([("path", s), ("bytes", i64), ("sha256", s)]))),
 ])
+
+#: a fine-tuned checkpoint's training record (``training.parquet`` beside the weights): one row,
+#: what it was trained from and on, and the loss of every optimizer step (no timings)
+TRAINING_MANIFEST = pa.schema([
+    ("name", s), ("start", s), ("start_sha256", s), ("data_sha256", s), ("examples", i64),
+    ("too_long", i64), ("nothing_to_learn", i64), ("tokens", i64), ("trained_tokens", i64),
+    ("epochs", i64), ("steps", i64), ("seed", i64), ("recipe", s),
+    ("losses", pa.list_(f64)), ("step_tokens", pa.list_(i64)), ("learning_rates", pa.list_(f64)),
+])
+
+#: one evaluated episode (the ``evaluate`` stage): who (model), where (pool: ``dev``, ``benchmark``
+#: or an external adapter's name), how it was graded; ``completion_gap`` and ``primary_passed`` are
+#: null where a benchmark has no such notion (see :mod:`interlock.evaluation.metrics`)
+EVAL_RESULTS = pa.schema([
+    ("model", s), ("pool", s), ("rollout_id", s), ("task_id", s), ("domain_id", s), ("attempt", i32),
+    ("passed", b), ("score", f64), ("criterion_pass_rate", f64), ("criteria", i32),
+    ("primary_passed", b), ("completion_gap", b), ("turns", i32), ("tool_calls", i32),
+    ("finish_reason", s),
+])
+#: the ``evaluate`` stage's folder: every model's rollouts (ids prefixed by the model), their
+#: per-episode results and per-criterion verdicts (the agent judge's compiled checks), aligned by
+#: row group (one model x pool at a time)
+EVALUATION_TABLES = {"trajectories": TRAJECTORIES, "results": EVAL_RESULTS, "verdicts": VERDICTS}

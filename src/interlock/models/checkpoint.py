@@ -25,6 +25,8 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
+import pyarrow as pa
+
 from interlock import schemas
 from interlock.errors import InterlockError
 from interlock.io import atomic_output, dumps, read_rows, write_table
@@ -53,15 +55,18 @@ def sha256(path: Path) -> str:
 # ----------------------------------------------------------------------------- saving
 
 def save_checkpoint(model, tokenizer, out_dir: Path | str, *, source: str, origin: str, max_context: int,
-                    name: str | None = None, origin_sha256: str = "", notes: str = "") -> Path:
-    """Save ``model`` (safetensors) and ``tokenizer`` with the project chat template, then the
-    manifest, atomically into ``out_dir``."""
+                    name: str | None = None, origin_sha256: str = "", notes: str = "",
+                    tables: dict[str, tuple[list[dict], pa.Schema]] | None = None) -> Path:
+    """Save ``model`` (safetensors) and ``tokenizer`` with the project chat template, any extra
+    Parquet ``tables`` (file name -> rows, schema), then the manifest, atomically into ``out_dir``."""
     out_dir = Path(out_dir)
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.model_max_length = max_context
     with atomic_output(out_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        for file_name, (rows, schema) in (tables or {}).items():
+            write_table(tmp / file_name, rows, schema)
         write_manifest(tmp, model, tokenizer, name=name or out_dir.name, source=source, origin=origin,
                        max_context=max_context, origin_sha256=origin_sha256, notes=notes)
     return out_dir
@@ -85,6 +90,11 @@ def write_manifest(folder: Path, model, tokenizer, *, name: str, source: str, or
            "files": files}
     write_table(folder / MANIFEST, [row], schemas.MODEL_MANIFEST)
     return row
+
+
+def weights_sha256(folder: Path | str) -> str:
+    """The recorded hash of a checkpoint's weights file (what a fine-tuning started from)."""
+    return next((f["sha256"] for f in read_manifest(folder)["files"] if f["path"] == "model.safetensors"), "")
 
 
 def read_manifest(folder: Path | str) -> dict:

@@ -1,0 +1,9 @@
+"""Supervised fine-tuning on trajectories: the demonstration warm start and rejection-sampling
+fine-tuning share one recipe.
+
+- :mod:`.examples`: trajectories rendered with the checkpoint's chat template into token ids and an
+  assistant-only loss mask (what the rollout engine feeds the model, byte for byte), with weights;
+- :mod:`.batching`: padding-free packed micro-batches under a token budget;
+- :mod:`.trainer`: the loop (``accelerate``, so ``accelerate launch`` runs it on several GPUs),
+  a weighted loss over assistant tokens only, optional LoRA, and the checkpoint it writes.
+"""

@@ -1,0 +1,236 @@
+"""The fine-tuning loop: packed rows, a weighted loss on assistant tokens only, ``accelerate``.
+
+One loop serves the demonstration warm start and rejection-sampling fine-tuning. Choices that
+matter for cost and for what is learnt:
+
+- **assistant tokens only**: the model is called with ``logits_to_keep`` set to the positions
+  whose next token is an assistant token, so the vocabulary projection (28M of SmolLM2's 135M
+  parameters) and the cross-entropy run on those positions alone, and the ``[tokens, vocab]``
+  logits of prompts and tool results are never made;
+- **per-example weights**: each target token's loss is multiplied by its example's weight; a step's
+  loss is the weighted mean over its target tokens (weights 1 reduce to the plain token mean);
+- **padding-free**: rows pack whole examples (:mod:`interlock.training.batching`);
+- **seeded**: weights of LoRA adapters, the row plan of every epoch, dropout;
+- **several GPUs**: the same function under ``accelerate launch`` (DDP, FSDP or DeepSpeed as
+  configured with ``accelerate config``); each process takes every n-th row, and only the main
+  process writes the checkpoint.
+
+The result is a checkpoint in the project's form with ``training.parquet`` beside the manifest:
+the data hash, example and token counts, steps and the loss of every step.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from interlock import schemas
+from interlock.blueprints import stable_seed
+from interlock.config import LoraConfig, TrainConfig
+from interlock.errors import InterlockError
+from interlock.io import dumps, read_rows
+from interlock.models.checkpoint import load_checkpoint, save_checkpoint, weights_sha256
+from interlock.training.batching import PackedRow, pack, plan_rows
+from interlock.training.examples import ExampleSet, encode_trajectories, read_trajectories
+
+TRAINING_FILE = "training.parquet"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that decides a fine-tuning's result besides its data and starting weights."""
+
+    epochs: int
+    learning_rate: float
+    batch_tokens: int
+    gradient_accumulation: int
+    warmup_steps: int
+    weight_decay: float
+    max_grad_norm: float
+    seed: int
+    lora: LoraConfig | None = None
+
+    def describe(self) -> str:
+        """The recipe as JSON (for the training record)."""
+        return dumps({**asdict(self), "lora": self.lora.model_dump() if self.lora else None})
+
+    @classmethod
+    def of(cls, train: TrainConfig, phase: str, seed: int) -> Recipe:
+        """The recipe of one phase (``demo`` or ``rft``) of the configured ``train`` option."""
+        schedule = getattr(train, phase)
+        return cls(epochs=schedule.epochs, learning_rate=schedule.learning_rate,
+                   batch_tokens=train.batch_tokens,
+                   gradient_accumulation=train.gradient_accumulation, warmup_steps=train.warmup_steps,
+                   weight_decay=train.weight_decay, max_grad_norm=train.max_grad_norm, seed=seed,
+                   lora=train.lora)
+
+
+@dataclass(frozen=True)
+class TrainingResult:
+    record: dict  # the row of training.parquet
+    seconds: float
+    tokens_per_second: float  # tokens the model processed (context included) per wall second
+
+
+def step_plan(lengths: list[int], recipe: Recipe, epoch: int, rank: int = 0,
+              world: int = 1) -> list[list[list[int]]]:
+    """This process's optimizer steps in one epoch: each a list of rows (example indices).
+
+    Every process gets the same number of rows (the last few of an epoch may be dropped so the
+    processes stay in step); a step takes ``gradient_accumulation`` rows."""
+    rows = plan_rows(lengths, recipe.batch_tokens, stable_seed(recipe.seed, "rows", epoch))
+    mine = rows[rank::world][: len(rows) // world]
+    size = recipe.gradient_accumulation
+    return [mine[i:i + size] for i in range(0, len(mine), size)]
+
+
+def fine_tune(start: Path, data: ExampleSet, recipe: Recipe, out_dir: Path, *, name: str,
+              max_context: int) -> TrainingResult:
+    """Train the checkpoint at ``start`` on ``data``; write the result to ``out_dir``.
+
+    With no examples the checkpoint is written unchanged (zero steps, and ``training.parquet``
+    says so), so the pipeline can finish and report that nothing was learnt."""
+    import torch
+    from accelerate import Accelerator
+    from transformers import get_scheduler
+
+    accelerator = Accelerator()
+    world, rank = accelerator.num_processes, accelerator.process_index
+    if data.examples and len(data.examples) < world:
+        raise InterlockError(f"{len(data.examples)} examples cannot feed {world} processes", field="examples")
+    random.seed(recipe.seed)
+    torch.manual_seed(recipe.seed)
+    model, tokenizer = load_checkpoint(start)
+    model.config.use_cache = False
+    if recipe.lora is not None:
+        model = _with_lora(model, recipe.lora)
+    lengths = [len(e) for e in data.examples]
+    plans = [step_plan(lengths, recipe, e, rank, world) for e in range(recipe.epochs)] if lengths else []
+    total_steps = sum(len(plan) for plan in plans)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=recipe.learning_rate,
+                                  weight_decay=recipe.weight_decay)
+    scheduler = get_scheduler("linear", optimizer, num_warmup_steps=recipe.warmup_steps,
+                              num_training_steps=max(1, total_steps))
+    model, optimizer = accelerator.prepare(model, optimizer)
+    model.train()
+    losses, step_tokens, rates = [], [], []
+    started = time.perf_counter()
+    seen_tokens = 0
+    bar = tqdm(total=total_steps, desc=f"train {name}", unit="step", dynamic_ncols=True,
+               disable=not accelerator.is_main_process)
+    for epoch, plan in enumerate(plans):
+        for step in plan:
+            rows = [pack([data.examples[i] for i in row]) for row in step]
+            loss, tokens = _optimizer_step(model, rows, accelerator, recipe.max_grad_norm)
+            rates.append(scheduler.get_last_lr()[0])
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss)
+            step_tokens.append(tokens)
+            seen_tokens += tokens
+            bar.update(1)
+            bar.set_postfix(epoch=epoch + 1, loss=f"{loss:.4f}")
+    bar.close()
+    seconds = time.perf_counter() - started
+    accelerator.wait_for_everyone()
+    record = {"name": name, "start": str(start), "start_sha256": weights_sha256(start),
+              "data_sha256": data.sha256(), "examples": len(data.examples), "too_long": len(data.too_long),
+              "nothing_to_learn": len(data.nothing_to_learn), "tokens": data.tokens,
+              "trained_tokens": data.trained_tokens, "epochs": recipe.epochs if plans else 0,
+              "steps": total_steps, "seed": recipe.seed, "recipe": recipe.describe(),
+              "losses": [round(x, 6) for x in losses], "step_tokens": step_tokens,
+              "learning_rates": [float(f"{x:.8g}") for x in rates]}
+    if accelerator.is_main_process:
+        trained = accelerator.unwrap_model(model)
+        if recipe.lora is not None:
+            trained = trained.merge_and_unload()
+        notes = (f"fine-tuned from {start} on {len(data.examples)} examples, {total_steps} steps"
+                 if total_steps else f"untrained copy of {start}: no examples to train on")
+        save_checkpoint(trained.eval(), tokenizer, out_dir, source="finetuned", origin=str(start),
+                        origin_sha256=record["start_sha256"], max_context=max_context, name=name, notes=notes,
+                        tables={TRAINING_FILE: ([record], schemas.TRAINING_MANIFEST)})
+    accelerator.wait_for_everyone()
+    return TrainingResult(record, seconds, seen_tokens * world / seconds if seconds and seen_tokens else 0.0)
+
+
+def row_loss(model, row: PackedRow, device) -> object:
+    """The weighted sum of the row's target-token cross-entropies (a scalar tensor)."""
+    import torch.nn.functional as F
+
+    out = model(input_ids=row.input_ids.to(device), position_ids=row.position_ids.to(device),
+                logits_to_keep=row.targets.to(device), use_cache=False)
+    token_loss = F.cross_entropy(out.logits[0].float(), row.labels.to(device), reduction="none")
+    return (token_loss * row.weights.to(device)).sum()
+
+
+def _optimizer_step(model, rows: list[PackedRow], accelerator, max_grad_norm: float) -> tuple[float, int]:
+    """Accumulate the rows' gradients; return the step's weighted mean loss and its tokens."""
+    normalizer = sum(row.weight_sum for row in rows) or 1.0
+    total = 0.0
+    for index, row in enumerate(rows):
+        last = index == len(rows) - 1
+        with accelerator.no_sync(model) if not last and accelerator.num_processes > 1 else nullcontext():
+            loss = row_loss(model, row, accelerator.device) / normalizer
+            accelerator.backward(loss)
+            total += float(loss.detach())
+    accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+    if not math.isfinite(total):
+        raise InterlockError("the training loss is not finite; lower the learning rate",
+                             field="train.learning_rate")
+    return total, sum(row.tokens for row in rows)
+
+
+def _with_lora(model, lora: LoraConfig):
+    from peft import LoraConfig as PeftLora
+    from peft import get_peft_model
+
+    config = PeftLora(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                      target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+def read_training(folder: Path | str) -> dict:
+    """The training record of a fine-tuned checkpoint (``training.parquet``)."""
+    path = Path(folder) / TRAINING_FILE
+    if not path.exists():
+        raise InterlockError(f"no {TRAINING_FILE}: not a fine-tuned checkpoint", file=str(path))
+    return read_rows(path, schemas.TRAINING_MANIFEST)[0]
+
+
+def fine_tune_on_trajectories(trajectories: Path, start: Path, out_dir: Path, recipe: Recipe, *, name: str,
+                              max_context: int) -> dict:
+    """A fine-tuning stage: the trajectories table encoded with ``start``'s tokenizer, trained on,
+    written to ``out_dir``; returns the stage's metrics. An empty table is not an error: the
+    checkpoint is an untrained copy and the metrics say ``trained: false`` and why."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    data = encode_trajectories(read_trajectories(trajectories), tokenizer, max_length=max_context)
+    result = fine_tune(start, data, recipe, out_dir, name=name, max_context=max_context)
+    record = result.record
+    losses = record["losses"]
+    trained = record["steps"] > 0
+    message = (f"trained {name} on {record['examples']} trajectories ({record['trained_tokens']} of "
+               f"{record['tokens']} tokens carry loss), {record['steps']} steps" if trained else
+               f"nothing to train {name} on: {trajectories} holds no usable trajectory; {out_dir} is an "
+               f"untrained copy of {start}")
+    return {"trained": trained, "message": message,
+            **{k: record[k] for k in ("examples", "too_long", "nothing_to_learn", "tokens", "trained_tokens",
+                                      "epochs", "steps")},
+            "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
+            "mean_last_epoch_loss": _last_epoch_mean(losses, record["epochs"]),
+            "seconds": round(result.seconds, 2), "tokens_per_second": round(result.tokens_per_second, 1)}
+
+
+def _last_epoch_mean(losses: list[float], epochs: int) -> float | None:
+    if not losses or not epochs:
+        return None
+    tail = losses[-max(1, len(losses) // epochs):]
+    return round(sum(tail) / len(tail), 6)

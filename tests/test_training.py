@@ -1,0 +1,214 @@
+"""Fine-tuning: examples rendered as the rollout engine renders them, assistant-only weighted
+loss, padding-free packing that attends within examples only, seeded runs, LoRA, and the
+checkpoint with its training record loading back through a backend."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from interlock.agents.backends import ChatRequest, TaskContext
+from interlock.agents.backends.transformers_backend import TransformersBackend
+from interlock.agents.rollout import TOOLS
+from interlock.agents.trajectory import Trajectory
+from interlock.config import LoraConfig
+from interlock.errors import InterlockError
+from interlock.models.chat_template import IM_END
+from interlock.models.checkpoint import load_checkpoint, read_manifest, sha256, verify_checkpoint
+from interlock.rollouts import scripted_rollouts
+from interlock.training.batching import pack, plan_rows
+from interlock.training.examples import ExampleSet, encode_trajectories
+from interlock.training.trainer import Recipe, fine_tune, read_training, row_loss, step_plan
+
+RECIPE = Recipe(epochs=2, learning_rate=3e-3, batch_tokens=4096, gradient_accumulation=1, warmup_steps=0,
+                weight_decay=0.0, max_grad_norm=1.0, seed=11)
+
+
+@pytest.fixture(scope="module")
+def demos(tasks, tmp_path_factory) -> list[Trajectory]:
+    contexts = [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in tasks]
+    return scripted_rollouts(contexts, ["oracle"], seed=3, workdir=tmp_path_factory.mktemp("demos"))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_checkpoint):
+    return AutoTokenizer.from_pretrained(tiny_checkpoint)
+
+
+@pytest.fixture(scope="module")
+def example_set(demos, tokenizer) -> ExampleSet:
+    return encode_trajectories(demos, tokenizer, max_length=100_000)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_checkpoint, example_set, tmp_path_factory):
+    out = tmp_path_factory.mktemp("trained") / "demo_sft"
+    return out, fine_tune(tiny_checkpoint, example_set, RECIPE, out, name="demo_sft", max_context=4096)
+
+
+# ----------------------------------------------------------------------------- examples
+
+def test_loss_mask_covers_exactly_the_assistant_turns(demos, example_set, tokenizer) -> None:
+    example, trajectory = example_set.examples[0], demos[0]
+    pairs = list(zip(example.input_ids, example.loss_mask, strict=True))
+    trained_text = tokenizer.decode([t for t, m in pairs if m])
+    assistant = [m for m in trajectory.messages if m.role == "assistant"]
+    assert trained_text.count(IM_END) == len(assistant)
+    for message in assistant:
+        assert message.content.strip() in trained_text
+    context = tokenizer.decode([t for t, m in pairs if not m])
+    assert "<tools>" in context and trajectory.messages[1].content[:40] in context
+    assert "<tool_call>" not in context.split("<|im_start|>assistant")[1].split(IM_END)[0]
+
+
+def test_examples_are_what_the_rollout_engine_feeds_the_model(demos, example_set, tiny_checkpoint) -> None:
+    # the prompt of the first turn, as the transformers backend renders it, is the example's prefix
+    backend = TransformersBackend(tiny_checkpoint)
+    trajectory, example = demos[0], example_set.examples[0]
+    first = trajectory.messages.index(next(m for m in trajectory.messages if m.role == "assistant"))
+    prompt = backend.prompt_ids(ChatRequest("k", tuple(trajectory.messages[:first]), TOOLS))
+    assert list(example.input_ids[:len(prompt)]) == prompt
+    assert not any(example.loss_mask[:len(prompt)]) and example.loss_mask[len(prompt)]
+
+
+def test_too_long_and_empty_trajectories_are_left_out_and_counted(demos, tokenizer) -> None:
+    no_assistant = dataclasses.replace(demos[1], rollout_id="silent", messages=demos[1].messages[:2])
+    data = encode_trajectories([demos[0], no_assistant], tokenizer, max_length=100_000)
+    assert [e.example_id for e in data.examples] == [demos[0].rollout_id]
+    assert data.nothing_to_learn == ["silent"]
+    short = encode_trajectories(demos, tokenizer, max_length=50)
+    assert short.examples == [] and len(short.too_long) == len(demos)
+
+
+def test_the_data_hash_follows_ids_masks_and_weights(example_set) -> None:
+    same = ExampleSet(list(example_set.examples), [], [])
+    reweighted = ExampleSet([dataclasses.replace(example_set.examples[0], weight=0.5),
+                             *example_set.examples[1:]], [], [])
+    assert same.sha256() == example_set.sha256() != reweighted.sha256()
+
+
+# ----------------------------------------------------------------------------- batching
+
+def test_rows_respect_the_budget_hold_every_example_once_and_are_seeded() -> None:
+    lengths = [900, 50, 300, 700, 120, 2500, 10, 400, 640, 333]
+    rows = plan_rows(lengths, 1000, seed=5)
+    assert sorted(i for row in rows for i in row) == list(range(len(lengths)))
+    assert all(sum(lengths[i] for i in row) <= 1000 or len(row) == 1 for row in rows)
+    assert rows == plan_rows(lengths, 1000, seed=5) and rows != plan_rows(lengths, 1000, seed=6)
+    assert len(rows) <= 5  # first-fit decreasing: 4,947 tokens in rows of 1,000 (one of them 2,500)
+
+
+def test_processes_get_disjoint_rows_of_equal_count() -> None:
+    lengths = list(range(10, 300, 7))
+    recipe = dataclasses.replace(RECIPE, batch_tokens=200, gradient_accumulation=2)
+    plans = [step_plan(lengths, recipe, epoch=0, rank=r, world=3) for r in range(3)]
+    rows = [[tuple(row) for step in plan for row in step] for plan in plans]
+    assert len({len(r) for r in rows}) == 1
+    assert not set(rows[0]) & set(rows[1]) and not set(rows[1]) & set(rows[2])
+    assert all(len(step) <= 2 for plan in plans for step in plan)
+
+
+def test_a_packed_row_attends_within_each_example_only(tiny_checkpoint, example_set) -> None:
+    model, _ = load_checkpoint(tiny_checkpoint)
+    a, b = example_set.examples[:2]
+    with torch.no_grad():
+        alone = [model(input_ids=torch.tensor([e.input_ids])).logits[0] for e in (a, b)]
+        row = pack([a, b])
+        packed = model(input_ids=row.input_ids, position_ids=row.position_ids, use_cache=False).logits[0]
+    torch.testing.assert_close(packed[:len(a)], alone[0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(packed[len(a):], alone[1], rtol=1e-4, atol=1e-4)
+
+
+def test_loss_is_on_target_tokens_only_and_weighted(tiny_checkpoint, example_set) -> None:
+    model, _ = load_checkpoint(tiny_checkpoint)
+    a, b = example_set.examples[:2]
+    with torch.no_grad():
+        full = model(input_ids=torch.tensor([a.input_ids])).logits[0]
+        targets = [t - 1 for t in range(1, len(a)) if a.loss_mask[t]]
+        labels = torch.tensor(a.input_ids)[[t + 1 for t in targets]]
+        expected = torch.nn.functional.cross_entropy(full[targets], labels, reduction="sum")
+        ignored = dataclasses.replace(b, weight=0.0)
+        doubled = dataclasses.replace(a, weight=2.0)
+        assert float(row_loss(model, pack([a]), "cpu")) == pytest.approx(float(expected), rel=1e-4)
+        assert float(row_loss(model, pack([a, ignored]), "cpu")) == pytest.approx(float(expected), rel=1e-4)
+        assert float(row_loss(model, pack([doubled]), "cpu")) == pytest.approx(2 * float(expected), rel=1e-4)
+    assert pack([a, ignored]).weight_sum == a.trained_tokens
+
+
+# ----------------------------------------------------------------------------- training
+
+def test_training_lowers_the_loss_and_writes_a_complete_checkpoint(trained, tiny_checkpoint,
+                                                                   example_set) -> None:
+    out, result = trained
+    record = read_training(out)
+    assert record == result.record
+    assert record["examples"] == len(example_set.examples) and record["data_sha256"] == example_set.sha256()
+    assert record["steps"] == len(record["losses"]) == len(record["step_tokens"]) > 2
+    assert record["tokens"] == example_set.tokens and record["epochs"] == 2
+    assert sum(record["step_tokens"]) == 2 * example_set.tokens
+    assert record["losses"][-1] < record["losses"][0]
+    assert record["start_sha256"] == sha256(tiny_checkpoint / "model.safetensors")
+    manifest = read_manifest(out)
+    assert manifest["source"] == "finetuned" and "training.parquet" in {f["path"] for f in manifest["files"]}
+    assert verify_checkpoint(out) == []
+    assert sha256(out / "model.safetensors") != sha256(tiny_checkpoint / "model.safetensors")
+
+
+def test_a_trained_checkpoint_serves_through_the_transformers_backend(trained, demos) -> None:
+    out, _ = trained
+    backend = TransformersBackend(out)
+    first = demos[0].messages[:2]
+    [completion] = backend.complete([ChatRequest("k", tuple(first), TOOLS, max_new_tokens=8)])
+    assert completion.completion_tokens > 0 and completion.finish_reason in {"stop", "length"}
+
+
+def test_training_is_deterministic_given_the_seed(trained, tiny_checkpoint, example_set, tmp_path) -> None:
+    out, _ = trained
+    again = fine_tune(tiny_checkpoint, example_set, RECIPE, tmp_path / "again", name="demo_sft",
+                      max_context=4096)
+    assert sha256(tmp_path / "again" / "model.safetensors") == sha256(out / "model.safetensors")
+    assert again.record["losses"] == read_training(out)["losses"]
+
+
+def test_nothing_to_train_on_writes_an_untrained_copy(tiny_checkpoint, tmp_path) -> None:
+    result = fine_tune(tiny_checkpoint, ExampleSet([], [], []), RECIPE, tmp_path / "rft", name="rft",
+                       max_context=4096)
+    assert result.record["steps"] == 0 and result.record["losses"] == []
+    assert "untrained" in read_manifest(tmp_path / "rft")["notes"]
+    original, _ = load_checkpoint(tiny_checkpoint)
+    copy, _ = load_checkpoint(tmp_path / "rft")
+    for (name, p), (_, q) in zip(original.state_dict().items(), copy.state_dict().items(), strict=True):
+        assert torch.equal(p, q), name
+
+
+def test_lora_trains_adapters_and_merges_them_into_a_plain_checkpoint(tiny_checkpoint, example_set,
+                                                                      tmp_path) -> None:
+    lora = LoraConfig(rank=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
+    recipe = dataclasses.replace(RECIPE, lora=lora, epochs=1)
+    fine_tune(tiny_checkpoint, example_set, recipe, tmp_path / "lora", name="lora", max_context=4096)
+    original, _ = load_checkpoint(tiny_checkpoint)
+    merged, _ = load_checkpoint(tmp_path / "lora")
+    before, after = original.state_dict(), merged.state_dict()
+    assert before.keys() == after.keys()  # no adapter weights left: a plain checkpoint
+    changed = {name for name in before if not torch.equal(before[name], after[name])}
+    assert changed and all("q_proj" in n or "v_proj" in n for n in changed)
+
+
+def test_more_processes_than_examples_is_a_clear_error(tiny_checkpoint, example_set, tmp_path,
+                                                      monkeypatch) -> None:
+    import accelerate
+
+    monkeypatch.setattr(accelerate.Accelerator, "num_processes", property(lambda self: 64))
+    with pytest.raises(InterlockError, match="cannot feed 64 processes"):
+        fine_tune(tiny_checkpoint, example_set, RECIPE, tmp_path / "x", name="x", max_context=4096)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_multi_step_training_on_a_gpu(tiny_checkpoint, example_set, tmp_path) -> None:
+    recipe = dataclasses.replace(RECIPE, epochs=3, gradient_accumulation=2)
+    result = fine_tune(tiny_checkpoint, example_set, recipe, tmp_path / "gpu", name="gpu", max_context=4096)
+    assert result.record["steps"] >= 3 and result.record["losses"][-1] < result.record["losses"][0]
