@@ -9,9 +9,10 @@ from interlock.artifacts import Artifacts
 from interlock.config import Params
 from interlock.io import write_json
 from interlock.judges.run import run_accept, write_tsv
+from interlock.tracking import StageReport
 
 
-def main(params: Params, data: Artifacts) -> None:
+def main(params: Params, data: Artifacts) -> StageReport:
     metrics, plot = run_accept(data.trajectories, data.judgements,
                                data.packs, data.accepted,
                                judge=params.judge.name)
@@ -24,6 +25,9 @@ def main(params: Params, data: Artifacts) -> None:
         print(f"accept: {metrics['domains_with_accepted']} of {metrics['domains']} domains; per accepted "
               f"trajectory {per['turns']} turns and {per['tool_calls']} tool calls "
               f"(the paper: ~27.6 and ~42)")
+    # per domain as a table (the plot's rows), not as hundreds of summary keys
+    return StageReport(metrics={k: v for k, v in metrics.items() if k != "by_domain"},
+                       tables={"by_domain": plot})
 
 
 if __name__ == "__main__":

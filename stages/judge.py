@@ -15,9 +15,10 @@ from interlock.artifacts import Artifacts
 from interlock.config import Params
 from interlock.io import write_json
 from interlock.judges.run import run_judge
+from interlock.tracking import StageReport
 
 
-def main(params: Params, data: Artifacts) -> None:
+def main(params: Params, data: Artifacts) -> StageReport:
     # the policy's rollouts (what accept keeps), and the review's validation rollouts by the
     # scripted noisy solver: a pool with a known completion gap to measure the judges on
     model = None
@@ -35,6 +36,7 @@ def main(params: Params, data: Artifacts) -> None:
                   f"{judge['rollouts_per_second']} rollouts/s, {judge['output_tokens']} output tokens, "
                   f"false accepts {rates.get('false_accept_rate')}, "
                   f"false rejects {rates.get('false_reject_rate')}")
+    return StageReport(metrics=metrics)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,10 @@ from interlock.io import write_json
 from interlock.judges.agent import AgentJudge
 from interlock.pipeline import load_domains, run_review
 from interlock.reviews.execution import ExecutionGate
+from interlock.tracking import StageReport
 
 
-def main(params: Params, data: Artifacts) -> None:
+def main(params: Params, data: Artifacts) -> StageReport:
     validation = params.scale.validation
     if validation.solver == "noisy":
         solver, policy = ScriptedBackend("noisy", seed=params.seed, skip_effect=validation.skip_effect,
@@ -30,6 +31,7 @@ def main(params: Params, data: Artifacts) -> None:
     for pool, counts in summary.items():
         print(f"review: {pool}: {counts['admitted']} of {counts['tasks']} admitted "
               f"({counts['validation_passed']} validation rollouts passed)")
+    return StageReport(metrics=summary)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,10 @@ from interlock.io import write_json
 from interlock.models.checkpoint import read_manifest
 from interlock.pipeline import load_domains
 from interlock.rollouts import admitted_count, admitted_tasks, fingerprint, plan_episodes, run_rollouts
+from interlock.tracking import StageReport
 
 
-def main(params: Params, data: Artifacts) -> None:
+def main(params: Params, data: Artifacts) -> StageReport:
     backbone, rollouts = params.backbone, params.scale.rollouts
     checkpoint = data.model(rollouts.policy)
     limits = RolloutLimits(max_turns=rollouts.max_turns, max_new_tokens=backbone.generation.max_new_tokens,
@@ -34,6 +35,7 @@ def main(params: Params, data: Artifacts) -> None:
                            batch_size=rollouts.batch_size)
     write_json(Path("metrics/rollouts.json"), summary)
     print(f"rollouts: {summary['episodes']} episodes, {summary['finish_reasons']}")
+    return StageReport(metrics=summary)
 
 
 if __name__ == "__main__":
