@@ -125,11 +125,14 @@ def test_a_folder_without_a_log_is_refused(tmp_path):
 def test_study_group_wins_and_workspace_is_the_default(tmp_path, monkeypatch):
     _clean_env(monkeypatch)
     run_dir = log_stage(_params(group="domains-sweep", dir=str(tmp_path / "elsewhere")), "review",
-                        StageReport({"rft": {"admitted": 3}}), cwd=tmp_path / "repo")
+                        StageReport({"rft": {"admitted": 3}},
+                                    tables={"empty": [], "ragged": [{"x": 1}, {"y": 2}]}),
+                        cwd=tmp_path / "repo")
     assert run_dir.parent == tmp_path / "elsewhere" / "wandb"
     run = read_offline_run(run_dir)
     assert (run["group"], run["name"], run["job_type"]) == ("domains-sweep", "workspace-review", "review")
-    assert run["summary"] == {"rft/admitted": 3} and run["tables"] == {}
+    assert run["summary"] == {"rft/admitted": 3}
+    assert run["tables"] == {"empty": [], "ragged": [{"x": 1, "y": None}, {"x": None, "y": 2}]}
 
 
 def test_run_stage_in_a_queued_temp_workspace_logs_to_the_original_repository(tmp_path, monkeypatch):

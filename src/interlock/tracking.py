@@ -44,8 +44,9 @@ class StageReport:
     """What a stage hands to tracking: summary metrics and optional tables.
 
     ``metrics`` may nest (``{"rft": {"admitted": 3}}`` is logged as ``rft/admitted``); only numbers
-    (and booleans) are logged. ``tables`` maps a table name to its rows, one dict per row with the
-    same keys (e.g. per-domain or per-benchmark results); each becomes a ``wandb.Table``.
+    (and booleans) are logged. ``tables`` maps a table name to its rows, one dict per row (e.g.
+    per-domain or per-benchmark results; a key missing from a row is None there); each becomes a
+    ``wandb.Table``.
     """
 
     metrics: dict
@@ -133,9 +134,7 @@ def flatten_metrics(metrics: Mapping, prefix: str = "") -> dict[str, Any]:
 def _table(rows: list[dict]):
     import wandb
 
-    columns: list[str] = []
-    for row in rows:
-        columns.extend(key for key in row if key not in columns)
+    columns = list(dict.fromkeys(key for row in rows for key in row))  # every row's keys, in order
     return wandb.Table(columns=columns, data=[[row.get(c) for c in columns] for row in rows])
 
 
