@@ -229,6 +229,13 @@ def fine_tune_on_trajectories(trajectories: Path, start: Path, out_dir: Path, re
             "seconds": round(result.seconds, 2), "tokens_per_second": round(result.tokens_per_second, 1)}
 
 
+def loss_curve(folder: Path | str) -> list[dict]:
+    """Step, loss and learning rate of a fine-tuned checkpoint, for a plot."""
+    record = read_training(folder)
+    return [{"step": step + 1, "loss": loss, "learning_rate": rate}
+            for step, (loss, rate) in enumerate(zip(record["losses"], record["learning_rates"], strict=True))]
+
+
 def _last_epoch_mean(losses: list[float], epochs: int) -> float | None:
     if not losses or not epochs:
         return None
