@@ -1,0 +1,200 @@
+"""Benchmarks for transfer evaluation: the adapter interface, and the built-in benchmark.
+
+**The interface.** A benchmark is any object with the :class:`Benchmark` methods. It brings its
+own tasks, its own episode execution (environment) and its own grading, and hands back standard
+per-episode results; :func:`interlock.evaluation.run.run_evaluation` does the rest the same way for
+every benchmark (which models, resuming, the output tables, metrics with paired bootstrap
+intervals, plots). The contract:
+
+- ``name``: a short identifier, unique among the benchmarks of a run: the ``pool`` column of the
+  results and the key under ``pools`` in ``metrics/evaluate.json``;
+- ``tasks()``: ``(task_id, domain_id)`` of every task (the domain is whatever groups tasks in the
+  per-domain picture: a held-out domain, a benchmark category); task ids unique within it;
+- ``identity()``: JSON-able data that changes whenever the tasks (or how they are graded) change;
+  a finished run is reused on resume only while it is the same;
+- ``rollout(model, policy, backend, settings, out=, timings=, work=)``: run every task
+  ``settings.attempts`` times with ``backend`` and write the trajectories to ``out``
+  (:data:`~interlock.schemas.TRAJECTORIES`, atomically, sorted by rollout id, rollout ids from
+  :func:`rollout_id` so they are unique across models, ``policy`` in the policy column, the same
+  bytes for the same settings and a deterministic backend), measured seconds to ``timings``
+  (:data:`~interlock.schemas.ROLLOUT_TIMINGS`; they never enter ``out``); ``work`` is a folder of
+  its own for resumable parts. ``settings`` carries attempts, seed, the episode limits and the
+  generation batch size;
+- ``grade(trajectories)``: one :class:`~interlock.evaluation.metrics.EpisodeResult` per trajectory,
+  in order (``EpisodeResult.of(trajectory, passed=..., score=..., criterion_pass_rate=...)``; leave
+  ``primary_passed`` / ``completion_gap`` as None where the benchmark has no such notion, and they
+  are left out of its metrics);
+- ``close()``: release what grading held (sandbox workers, servers).
+
+**Adding an external benchmark** (AutomationBench, JobBench and Harvey LAB are not available
+offline; BFCL v4 multi-turn comes with a later issue): write a class with these methods under
+``interlock.evaluation`` and let the stage build it for its name (``benchmarks_for`` in the stage
+script; ``eval.pools`` then needs the new name among its allowed values in ``config.EvalConfig``).
+
+- *AutomationBench-style* (a business workflow with an end-state check): ``tasks()`` from its task
+  files; ``rollout`` turns each starting state into a workspace and a request and runs them
+  through the same engine as here (``plan_episodes``/``run_rollouts`` with a :class:`TaskContext`
+  whose ``pack`` has ``files`` and ``request``); ``grade`` runs its end-state checker on
+  ``trajectory.final_files`` applied to the initial files: ``passed`` = the checker's verdict,
+  ``score`` = ``criterion_pass_rate`` = the share of its sub-checks that hold.
+- *JobBench-style* (deliverables scored by a weighted rubric): ``score`` = the rubric's weighted
+  score scaled to [0, 1], ``passed`` = every required item, ``criteria`` = rubric items.
+- *Harvey-LAB-style* (per-criterion grading of a work product): ``criterion_pass_rate`` = passing
+  criteria / criteria, ``passed`` = all of them, ``score`` = their weighted share; the grader is
+  the benchmark's own checks (a model grader would need its own, documented, backend).
+- *BFCL v4 multi-turn*: ``tasks()`` = BFCL's multi-turn entries (``domain_id`` = its category);
+  ``rollout`` runs the rollout engine's batched loop against BFCL's simulated APIs instead of the
+  file tools (the adapter owns that environment: the tool list sent to the model, and executing
+  each parsed call against the API instances of the episode), recording the same
+  :class:`~interlock.agents.trajectory.Trajectory` (the calls in ``messages``, the final API state
+  in ``final_files`` as JSON); ``grade`` runs BFCL's own multi-turn checker (state and response
+  checks per turn): ``passed`` = every turn passes, ``criterion_pass_rate`` = turns passing / turns,
+  ``score`` = ``criterion_pass_rate``, ``completion_gap`` = None.
+
+**The built-in benchmark** (:class:`AdmittedPool`): the admitted tasks of one pool. ``benchmark``
+holds only held-out domains, which never enter the synthesis pools, the demonstrations or RFT;
+``dev`` (training domains) is the only pool anything may be tuned on. Episodes run through the
+rollout engine on the task workspaces; grading is the agent judge's compiled checks (the ground
+truth; no model).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from interlock.agents.backends import ChatBackend, TaskContext
+from interlock.agents.rollout import RolloutLimits
+from interlock.agents.trajectory import Trajectory
+from interlock.artifacts import Artifacts
+from interlock.catalog import Catalog
+from interlock.errors import InterlockError
+from interlock.evaluation.metrics import EpisodeResult, grade_episode
+from interlock.io import dumps
+from interlock.rollouts import admitted_tasks, plan_episodes, run_rollouts
+
+#: the built-in pools, and the split their domains must come from
+BUILTIN_POOLS = {"dev": "train", "benchmark": "heldout"}
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How every benchmark runs a model: attempts per task, seed, episode limits, batch size."""
+
+    attempts: int
+    seed: int
+    limits: RolloutLimits
+    batch_size: int = 16
+
+    def identity(self) -> dict:
+        return {"attempts": self.attempts, "seed": self.seed, "limits": dataclasses.asdict(self.limits),
+                "batch_size": self.batch_size}
+
+
+def rollout_id(model: str, task_id: str, attempt: int) -> str:
+    """An evaluation rollout's id: prefixed by the model, so ids are unique across models."""
+    return f"{model}-{task_id}.a{attempt}"
+
+
+class Benchmark(Protocol):
+    """What an evaluation benchmark provides (see the module's docstring for the contract)."""
+
+    name: str
+
+    def tasks(self) -> list[tuple[str, str]]:
+        """``(task_id, domain_id)`` of every task."""
+
+    def identity(self) -> object:
+        """JSON-able data that changes when the tasks or their grading change."""
+
+    def rollout(self, model: str, policy: str, backend: ChatBackend, settings: RunSettings, *,
+                out: Path, timings: Path, work: Path) -> None:
+        """Every task x attempt with ``backend``; trajectories to ``out``, seconds to ``timings``."""
+
+    def grade(self, trajectories: Sequence[Trajectory]) -> list[EpisodeResult]:
+        """One result per trajectory, in order."""
+
+    def close(self) -> None:
+        """Release what grading held."""
+
+
+class AdmittedPool:
+    """The built-in benchmark: the admitted tasks of one pool, graded by their compiled checks.
+
+    ``contexts`` are the tasks (with packs, graphs and domains, which the scripted solvers use);
+    :meth:`from_artifacts` reads them from the pipeline's artifacts. Grading uses the agent judge
+    without a model (compiled checks in the sandbox); pass ``judge`` to share one, else one is
+    started on first use and stopped by :meth:`close`."""
+
+    def __init__(self, name: str, contexts: Sequence[TaskContext], *, judge=None, workers: int | None = None,
+                 judge_batch: int = 64) -> None:
+        self.name = name
+        self.contexts = list(contexts)
+        self.packs = {c.task_id: c.pack for c in self.contexts}
+        if len(self.packs) != len(self.contexts):
+            raise InterlockError("a task appears twice", item=name)
+        self._judge, self._own_judge = judge, None
+        self.workers, self.judge_batch = workers, judge_batch
+
+    @classmethod
+    def from_artifacts(cls, data: Artifacts, catalog: Catalog, pool: str, **options) -> AdmittedPool:
+        """The admitted tasks of ``pool`` (``dev`` or ``benchmark``); the domains of every task are
+        checked to come from the pool's split (held-out for ``benchmark``)."""
+        if pool not in BUILTIN_POOLS:
+            raise InterlockError(f"unknown evaluation pool {pool!r}; choose from {', '.join(BUILTIN_POOLS)}",
+                                 field="eval.pools")
+        contexts = list(admitted_tasks(data.require(data.review), data.packs, data.graphs, catalog, pool))
+        split = BUILTIN_POOLS[pool]
+        wrong = sorted({c.domain.id for c in contexts if c.domain.split != split})
+        if wrong:
+            raise InterlockError(f"pool {pool!r} holds tasks of {len(wrong)} domain(s) outside the {split} "
+                                 f"split, e.g. {wrong[0]}", file=str(data.review / "admitted.parquet"),
+                                 item=pool)
+        return cls(pool, contexts, **options)
+
+    def tasks(self) -> list[tuple[str, str]]:
+        return [(c.task_id, c.pack.domain_id) for c in self.contexts]
+
+    def identity(self) -> dict:
+        digest = hashlib.sha256()
+        for c in self.contexts:
+            pack = c.pack
+            digest.update(dumps([pack.task_id, pack.request, pack.files, pack.checks,
+                                 [dataclasses.asdict(r) for r in pack.rubric]]).encode())
+        return {"pool": self.name, "tasks": len(self.contexts), "packs": digest.hexdigest()}
+
+    def rollout(self, model: str, policy: str, backend: ChatBackend, settings: RunSettings, *,
+                out: Path, timings: Path, work: Path) -> None:
+        episodes = (dataclasses.replace(e, rollout_id=rollout_id(model, e.task.task_id, e.attempt))
+                    for e in plan_episodes(iter(self.contexts), policy=policy, attempts=settings.attempts,
+                                           seed=settings.seed))
+        run_rollouts(episodes, backend, settings.limits, total=len(self.contexts) * settings.attempts,
+                     out=out, timings=timings, work=work, run_id="parts", batch_size=settings.batch_size)
+
+    def grade(self, trajectories: Sequence[Trajectory]) -> list[EpisodeResult]:
+        judge = self._judge or self._start_judge()
+        results = []
+        for start in range(0, len(trajectories), self.judge_batch):
+            chunk = trajectories[start:start + self.judge_batch]
+            missing = sorted({t.task_id for t in chunk} - set(self.packs))
+            if missing:
+                raise InterlockError(f"a trajectory of a task outside pool {self.name!r}: {missing[0]}")
+            judgements = judge.judge([(t, self.packs[t.task_id]) for t in chunk])
+            results += [grade_episode(t, self.packs[t.task_id].rubric, j.passed, j.verdicts)
+                        for t, j in zip(chunk, judgements, strict=True)]
+        return results
+
+    def _start_judge(self):
+        from interlock.judges.agent import AgentJudge
+
+        self._own_judge = self._judge = AgentJudge(workers=self.workers).__enter__()
+        return self._judge
+
+    def close(self) -> None:
+        if self._own_judge is not None:
+            self._own_judge.close()
+            self._own_judge = self._judge = None

@@ -1,0 +1,246 @@
+"""Per-episode grades, and the metrics of a pool with paired bootstrap confidence intervals.
+
+**One episode** (:func:`grade_episode`), from the per-criterion verdicts of the task's compiled
+checks (the agent judge's ground truth, never a model). The rubric's criterion kinds
+(:func:`interlock.packs.scripted_rubric`) are: ``primary`` (per decision: the decision register
+holds the right outcome; mandatory, weight 2), ``grounding`` (it cites the deciding clause;
+optional, weight 1), ``realization`` (per effect: the decision is carried into that record;
+mandatory, weight 1), ``coupling`` (a joint constraint over decisions holds; mandatory, weight 2)
+and ``no_collateral`` (the guard; mandatory, weight 1).
+
+- ``passed``: every mandatory criterion passes (a criterion without a verdict fails);
+- ``score``: the weighted score, passing weight / total weight, in [0, 1];
+- ``criterion_pass_rate``: passing criteria / criteria;
+- ``primary_passed``: the *primary deliverable* is right: every ``primary`` criterion passes
+  (every decision recorded with the right outcome); null for a rubric without primary criteria;
+- ``completion_gap``: the primary deliverable is right **and** at least one ``realization``
+  criterion fails: a decision was made correctly but not carried through to every record that
+  must reflect it. Null for a rubric with no primary or no realization criterion. Coupling,
+  grounding and the guard play no part: a coupling violation changes some decision's outcome,
+  so it shows as a primary failure (a decision error, not a completion gap).
+
+**A pool** (:func:`summarize_pool`): a task's value is the mean over its attempts, and a metric is
+the mean over tasks, so every task counts once however many criteria or attempts it has.
+
+- ``pass_rate``, ``score``, ``criterion_pass_rate``, ``primary_pass_rate``;
+- ``completion_gap_rate``: the share of all episodes with a completion gap (not conditional on
+  the primary deliverable being right);
+- ``mean_turns``, ``mean_tool_calls``; ``finish_reasons`` are counted (no interval).
+
+A metric whose column is null for some episode of a model (a benchmark without that notion) is
+left out for that model.
+
+**Intervals**: percentile bootstrap over tasks. Each pool has one matrix of resampled task
+indices, drawn from ``stable_seed(seed, "evaluate", pool)`` and shared by every model and metric:
+intervals are deterministic, and a delta against the reference model is *paired* (each resample
+compares the models on the same tasks). Every model must have been run on the same tasks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from interlock.agents.trajectory import Trajectory
+from interlock.blueprints import stable_seed
+from interlock.errors import InterlockError
+from interlock.packs import Criterion
+
+PRIMARY_KINDS = frozenset({"primary"})
+REALIZATION_KINDS = frozenset({"realization"})
+#: metric -> the results column it averages
+METRICS = {
+    "pass_rate": "passed",
+    "score": "score",
+    "criterion_pass_rate": "criterion_pass_rate",
+    "primary_pass_rate": "primary_passed",
+    "completion_gap_rate": "completion_gap",
+    "mean_turns": "turns",
+    "mean_tool_calls": "tool_calls",
+}
+#: the metrics that are fractions in [0, 1] (the ones drawn together as bars)
+RATES = ("pass_rate", "score", "criterion_pass_rate", "primary_pass_rate", "completion_gap_rate")
+DIGITS = 6
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    """The standard result of one evaluated episode, whatever benchmark graded it.
+
+    ``criteria`` is how many criteria (sub-checks) were graded; ``verdicts`` optionally holds the
+    per-criterion rows (:data:`interlock.schemas.VERDICTS`) behind the grade."""
+
+    rollout_id: str
+    task_id: str
+    domain_id: str
+    attempt: int
+    passed: bool
+    score: float
+    criterion_pass_rate: float
+    criteria: int
+    primary_passed: bool | None
+    completion_gap: bool | None
+    turns: int
+    tool_calls: int
+    finish_reason: str
+    verdicts: tuple[dict, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def of(cls, trajectory: Trajectory, *, passed: bool, score: float, criterion_pass_rate: float,
+           criteria: int = 0, primary_passed: bool | None = None, completion_gap: bool | None = None,
+           verdicts: Sequence[dict] = ()) -> EpisodeResult:
+        """A result for ``trajectory`` (ids, turns, tool calls, finish reason taken from it)."""
+        return cls(trajectory.rollout_id, trajectory.task_id, trajectory.domain_id, trajectory.attempt,
+                   bool(passed), float(score), float(criterion_pass_rate), int(criteria),
+                   primary_passed, completion_gap, trajectory.turns, trajectory.tool_calls,
+                   trajectory.finish_reason, tuple(verdicts))
+
+    def row(self, model: str, pool: str) -> dict:
+        """A row of :data:`interlock.schemas.EVAL_RESULTS`."""
+        return {"model": model, "pool": pool, "rollout_id": self.rollout_id, "task_id": self.task_id,
+                "domain_id": self.domain_id, "attempt": self.attempt, "passed": self.passed,
+                "score": self.score, "criterion_pass_rate": self.criterion_pass_rate,
+                "criteria": self.criteria, "primary_passed": self.primary_passed,
+                "completion_gap": self.completion_gap, "turns": self.turns, "tool_calls": self.tool_calls,
+                "finish_reason": self.finish_reason}
+
+
+def grade_episode(trajectory: Trajectory, rubric: Sequence[Criterion], passed: Mapping[str, bool],
+                  verdicts: Sequence[dict] = ()) -> EpisodeResult:
+    """Grade one episode from its criteria's verdicts (``criterion_id -> passed``)."""
+    ok = {c.criterion_id: bool(passed.get(c.criterion_id, False)) for c in rubric}
+    total = sum(c.weight for c in rubric)
+    primary = [ok[c.criterion_id] for c in rubric if c.kind in PRIMARY_KINDS]
+    realization = [ok[c.criterion_id] for c in rubric if c.kind in REALIZATION_KINDS]
+    primary_passed = all(primary) if primary else None
+    gap = (primary_passed and not all(realization)) if primary and realization else None
+    return EpisodeResult.of(
+        trajectory,
+        passed=bool(rubric) and all(ok[c.criterion_id] for c in rubric if c.mandatory),
+        score=sum(c.weight for c in rubric if ok[c.criterion_id]) / total if total else 0.0,
+        criterion_pass_rate=sum(ok.values()) / len(ok) if ok else 0.0,
+        criteria=len(rubric), primary_passed=primary_passed, completion_gap=gap, verdicts=verdicts)
+
+
+# ----------------------------------------------------------------------------- bootstrap
+
+def bootstrap_indices(tasks: int, resamples: int, seed: int, pool: str) -> np.ndarray:
+    """``resamples`` x ``tasks`` task indices drawn with replacement, seeded by (seed, pool)."""
+    rng = np.random.default_rng(stable_seed(seed, "evaluate", pool))
+    return rng.integers(0, tasks, size=(resamples, tasks)) if tasks else np.zeros((resamples, 0), int)
+
+
+def estimate(values: np.ndarray, indices: np.ndarray, confidence: float) -> dict:
+    """Mean of per-task ``values`` and its percentile bootstrap interval."""
+    if not len(values):
+        return {"value": None, "low": None, "high": None}
+    means = values[indices].mean(axis=1)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return {"value": _number(values.mean()), "low": _number(low), "high": _number(high)}
+
+
+def paired_delta(values: np.ndarray, reference: np.ndarray, indices: np.ndarray, confidence: float) -> dict:
+    """Mean of ``values - reference`` (per task, same task order) and its paired interval."""
+    return estimate(values - reference, indices, confidence)
+
+
+def _number(value: float) -> float:
+    return round(float(value), DIGITS) + 0.0  # + 0.0: never -0.0
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+def task_values(rows: Sequence[dict], column: str, tasks: Sequence[str]) -> np.ndarray | None:
+    """Per task (in ``tasks`` order) the mean of ``column`` over its episodes; None if any is null."""
+    sums: dict[str, float] = defaultdict(float)
+    counts: Counter = Counter()
+    for row in rows:
+        if row[column] is None:
+            return None
+        sums[row["task_id"]] += float(row[column])
+        counts[row["task_id"]] += 1
+    return np.array([sums[t] / counts[t] for t in tasks], dtype=float)
+
+
+def summarize_pool(rows_by_model: Mapping[str, Sequence[dict]], *, pool: str, seed: int, resamples: int,
+                   confidence: float) -> dict:
+    """Metrics of every model on one pool, with intervals, and deltas against the first model.
+
+    ``rows_by_model``: model -> its result rows (:data:`~interlock.schemas.EVAL_RESULTS` columns),
+    in the order the models were configured."""
+    models = list(rows_by_model)
+    if not models:
+        raise InterlockError("no models to summarize", item=pool)
+    reference = models[0]
+    tasks = sorted({r["task_id"] for r in rows_by_model[reference]})
+    for model in models[1:]:
+        own = {r["task_id"] for r in rows_by_model[model]}
+        if own != set(tasks):
+            raise InterlockError(f"model {model!r} was run on {len(own)} task(s) of pool {pool!r}, "
+                                 f"{reference!r} on {len(tasks)}: a paired comparison needs the same tasks",
+                                 item=pool, field=model)
+    indices = bootstrap_indices(len(tasks), resamples, seed, pool)
+    values = {m: {metric: task_values(rows_by_model[m], column, tasks) for metric, column in METRICS.items()}
+              for m in models}
+    summary: dict = {"tasks": len(tasks),
+                     "domains": len({r["domain_id"] for r in rows_by_model[reference]}),
+                     "models": {}, "deltas": {}}
+    for model in models:
+        rows = rows_by_model[model]
+        entry: dict = {"episodes": len(rows)}
+        entry.update({metric: estimate(v, indices, confidence)
+                      for metric, v in values[model].items() if v is not None})
+        entry["finish_reasons"] = dict(sorted(Counter(r["finish_reason"] for r in rows).items()))
+        summary["models"][model] = entry
+    for model in models[1:]:
+        summary["deltas"][model] = {
+            metric: paired_delta(v, values[reference][metric], indices, confidence)
+            for metric, v in values[model].items() if v is not None and values[reference][metric] is not None}
+    return summary
+
+
+def domain_rows(rows_by_model: Mapping[str, Sequence[dict]], pool: str) -> list[dict]:
+    """Pass rate per model x domain of one pool (point estimates), for the per-domain picture."""
+    out = []
+    for model, rows in rows_by_model.items():
+        by_domain: dict[str, list[dict]] = defaultdict(list)
+        for row in rows:
+            by_domain[row["domain_id"]].append(row)
+        for domain, group in sorted(by_domain.items()):
+            out.append({"label": f"{pool} {domain} {model}", "model": model, "pool": pool,
+                        "domain_id": domain, "tasks": len({r["task_id"] for r in group}),
+                        "episodes": len(group),
+                        "pass_rate": _number(sum(r["passed"] for r in group) / len(group))})
+    return out
+
+
+def model_rows(pool: str, summary: dict) -> list[dict]:
+    """One row per model x rate metric of one pool's summary: value, low, high (for bars)."""
+    return [{"label": f"{pool} {metric} {model}", "model": model, "pool": pool, "metric": metric,
+             **entry[metric]}
+            for metric in RATES for model, entry in summary["models"].items() if metric in entry]
+
+
+def table_rows(pool: str, summary: dict) -> list[dict]:
+    """One row per model of one pool's summary, every metric and its delta flattened into columns
+    (the reference model's deltas are 0: it is compared with itself)."""
+    rows = []
+    reference = next(iter(summary["models"]), None)
+    for model, entry in summary["models"].items():
+        row: dict = {"model": model, "pool": pool, "tasks": summary["tasks"], "episodes": entry["episodes"]}
+        for metric in METRICS:
+            if metric not in entry:
+                continue
+            row.update({metric: entry[metric]["value"], f"{metric}_low": entry[metric]["low"],
+                        f"{metric}_high": entry[metric]["high"]})
+            delta = ({"value": 0.0, "low": 0.0, "high": 0.0} if model == reference
+                     else summary["deltas"][model].get(metric))
+            if delta is not None:
+                row.update({f"delta_{metric}": delta["value"], f"delta_{metric}_low": delta["low"],
+                            f"delta_{metric}_high": delta["high"]})
+        rows.append(row)
+    return rows

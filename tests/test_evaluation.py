@@ -1,0 +1,323 @@
+"""Transfer evaluation on rollouts with known truth.
+
+Scripted solvers stand in for the evaluated models (the oracle passes everything; a noisy solver
+that skips every effect has the primary deliverable right and a completion gap on every task;
+claiming success without work gets nothing right), so every metric is known; the rollouts go
+through the real engine and the agent judge's compiled checks grade them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from interlock import schemas
+from interlock.agents.backends import TaskContext
+from interlock.agents.rollout import RolloutLimits, run_episodes
+from interlock.agents.scripted import ScriptedBackend
+from interlock.agents.trajectory import Trajectory
+from interlock.config import BackboneConfig
+from interlock.errors import InterlockError
+from interlock.evaluation import (
+    AdmittedPool,
+    EpisodeResult,
+    Model,
+    RunSettings,
+    checkpoint_models,
+    grade_episode,
+    rollout_id,
+    run_evaluation,
+    summarize_pool,
+)
+from interlock.evaluation.metrics import bootstrap_indices, paired_delta
+from interlock.io import read_rows, write_table
+from interlock.judges.agent import AgentJudge
+from interlock.packs import Criterion
+from interlock.rollouts import plan_episodes
+
+SETTINGS = RunSettings(attempts=2, seed=11, limits=RolloutLimits(max_turns=12), batch_size=4)
+TABLES = ("trajectories.parquet", "results.parquet", "verdicts.parquet")
+
+
+def scripted(name: str, policy: str | None = None, **rates: float) -> Model:
+    return Model(name, lambda: ScriptedBackend(policy or name, seed=3, **rates))
+
+
+MODELS = (scripted("oracle"), scripted("noisy", skip_effect=1.0, ignore_coupling=0.0), scripted("claim_only"))
+
+
+@pytest.fixture(scope="module")
+def contexts(tasks) -> list[TaskContext]:
+    return [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in tasks]
+
+
+@pytest.fixture(scope="module")
+def judge():
+    with AgentJudge(workers=2) as shared:
+        yield shared
+
+
+def evaluate(contexts, judge, root: Path, models=MODELS, extra=(), resamples: int = 200):
+    pool = AdmittedPool("benchmark", contexts, judge=judge)
+    return run_evaluation(list(models), [pool, *extra], SETTINGS, out=root / "evaluation",
+                          timings=root / "timings.parquet", work=root / "work", resamples=resamples,
+                          confidence=0.9, progress=False)
+
+
+@pytest.fixture(scope="module")
+def evaluated(contexts, judge, tmp_path_factory):
+    root = tmp_path_factory.mktemp("evaluation")
+    return root, evaluate(contexts, judge, root)
+
+
+# ----------------------------------------------------------------------------- known truth
+
+def test_metrics_match_the_scripted_truth(evaluated, contexts) -> None:
+    _, evaluation = evaluated
+    pool = evaluation.metrics["pools"]["benchmark"]
+    assert pool["tasks"] == len(contexts)
+    oracle, noisy, claim = (pool["models"][m] for m in ("oracle", "noisy", "claim_only"))
+    for metric in ("pass_rate", "score", "criterion_pass_rate", "primary_pass_rate"):
+        assert oracle[metric]["value"] == 1.0
+    assert oracle["completion_gap_rate"]["value"] == 0.0
+    assert oracle["finish_reasons"] == {"submitted": len(contexts) * SETTINGS.attempts}
+    # every effect skipped, every decision right: no pass, a completion gap on every episode
+    assert noisy["pass_rate"]["value"] == 0.0 and noisy["primary_pass_rate"]["value"] == 1.0
+    assert noisy["completion_gap_rate"]["value"] == 1.0
+    assert 0 < noisy["score"]["value"] < 1 and 0 < noisy["criterion_pass_rate"]["value"] < 1
+    # nothing right: no pass and no completion gap (the primary deliverable is wrong too)
+    assert claim["pass_rate"]["value"] == 0.0 and claim["completion_gap_rate"]["value"] == 0.0
+    assert claim["score"]["value"] < noisy["score"]["value"]
+    assert pool["deltas"]["noisy"]["pass_rate"] == {"value": -1.0, "low": -1.0, "high": -1.0}
+    assert pool["deltas"]["noisy"]["completion_gap_rate"]["value"] == 1.0
+    assert set(pool["deltas"]) == {"noisy", "claim_only"}  # against the first model only
+
+
+def test_every_interval_holds_its_point_estimate(evaluated) -> None:
+    _, evaluation = evaluated
+    pool = evaluation.metrics["pools"]["benchmark"]
+    estimates = [e for m in pool["models"].values() for e in m.values() if isinstance(e, dict) and "low" in e]
+    estimates += [e for d in pool["deltas"].values() for e in d.values()]
+    assert len(estimates) > 20
+    for e in estimates:
+        assert e["low"] <= e["value"] <= e["high"], e
+
+
+def test_outputs_are_written_aligned_with_model_prefixed_ids(evaluated, contexts) -> None:
+    root, evaluation = evaluated
+    out = root / "evaluation"
+    assert sorted(p.name for p in out.iterdir()) == sorted(TABLES)
+    trajectories = read_rows(out / "trajectories.parquet", schemas.TRAJECTORIES)
+    results = read_rows(out / "results.parquet", schemas.EVAL_RESULTS)
+    episodes = len(MODELS) * len(contexts) * SETTINGS.attempts
+    assert len(trajectories) == len(results) == episodes == len(evaluation.results)
+    assert [t["rollout_id"] for t in trajectories] == [r["rollout_id"] for r in results]
+    assert len({r["rollout_id"] for r in results}) == episodes
+    for r in results:
+        assert r["rollout_id"] == rollout_id(r["model"], r["task_id"], r["attempt"])
+        assert r["pool"] == "benchmark"
+    verdicts = read_rows(out / "verdicts.parquet", schemas.VERDICTS)
+    assert len(verdicts) == len(MODELS) * SETTINGS.attempts * sum(len(c.pack.rubric) for c in contexts)
+    assert {v["judge"] for v in verdicts} == {"agent"}
+    timings = read_rows(root / "timings.parquet", schemas.ROLLOUT_TIMINGS)
+    assert {t["rollout_id"] for t in timings} == {r["rollout_id"] for r in results}
+    assert not (root / "work").exists()
+    domains = {row["domain_id"] for row in evaluation.domain_rows}
+    assert domains == {c.pack.domain_id for c in contexts}
+    assert {row["pass_rate"] for row in evaluation.domain_rows if row["model"] == "oracle"} == {1.0}
+    assert {(r["model"], r["metric"]) for r in evaluation.model_rows} >= {("noisy", "completion_gap_rate")}
+    table = {row["model"]: row for row in evaluation.table_rows}
+    assert table["oracle"]["delta_pass_rate"] == 0.0 and table["noisy"]["delta_pass_rate"] == -1.0
+
+
+def test_the_same_parameters_give_the_same_bytes(evaluated, contexts, judge, tmp_path) -> None:
+    root, first = evaluated
+    again = evaluate(contexts, judge, tmp_path)
+    for name in TABLES:
+        assert (tmp_path / "evaluation" / name).read_bytes() == (root / "evaluation" / name).read_bytes()
+    assert again.metrics == first.metrics
+
+
+def test_a_killed_evaluation_resumes_without_reloading_finished_models(contexts, judge, tmp_path) -> None:
+    loads: list[str] = []
+
+    class Killed(Exception):
+        pass
+
+    def counted(name: str, fail: bool = False) -> Model:
+        def load():
+            loads.append(name)
+            if fail:
+                raise Killed  # killed while loading the second model
+            return ScriptedBackend(name, seed=3)
+        return Model(name, load)
+
+    with pytest.raises(Killed):
+        evaluate(contexts[:2], judge, tmp_path, models=[counted("oracle"), counted("claim_only", fail=True)])
+    assert (tmp_path / "work").exists() and not (tmp_path / "evaluation").exists()
+    loads.clear()
+    evaluation = evaluate(contexts[:2], judge, tmp_path, models=[counted("oracle"), counted("claim_only")])
+    assert loads == ["claim_only"]
+    assert evaluation.metrics["pools"]["benchmark"]["models"]["oracle"]["pass_rate"]["value"] == 1.0
+
+
+# ----------------------------------------------------------------------------- bootstrap
+
+def _rows(model: str, passed: list[bool]) -> list[dict]:
+    return [{"model": model, "task_id": f"t{i}", "domain_id": f"d{i % 3}", "passed": p,
+             "score": 0.5 + 0.5 * p, "criterion_pass_rate": 0.25 + 0.75 * p, "primary_passed": True,
+             "completion_gap": not p,
+             "turns": 3 + i % 4, "tool_calls": 5 + i % 7, "finish_reason": "submitted"}
+            for i, p in enumerate(passed)]
+
+
+def test_bootstrap_is_deterministic_given_the_seed_and_a_model_against_itself_is_zero() -> None:
+    rng = np.random.default_rng(0)
+    base = _rows("base", list(rng.random(40) < 0.4))
+    tuned = _rows("tuned", list(rng.random(40) < 0.6))
+    twin = [{**r, "model": "twin"} for r in base]
+    by_model = {"base": base, "tuned": tuned, "twin": twin}
+    first = summarize_pool(by_model, pool="benchmark", seed=5, resamples=500, confidence=0.95)
+    assert summarize_pool(by_model, pool="benchmark", seed=5, resamples=500, confidence=0.95) == first
+    other = summarize_pool(by_model, pool="benchmark", seed=6, resamples=500, confidence=0.95)
+    assert other != first  # other resamples, other intervals; the same point estimates
+    assert other["models"]["base"]["pass_rate"]["value"] == first["models"]["base"]["pass_rate"]["value"]
+    for estimate in first["deltas"]["twin"].values():
+        assert estimate == {"value": 0.0, "low": 0.0, "high": 0.0}
+    delta = first["deltas"]["tuned"]["pass_rate"]
+    assert delta["low"] < delta["value"] < delta["high"]
+    base_rate, tuned_rate = (first["models"][m]["pass_rate"]["value"] for m in ("base", "tuned"))
+    assert delta["value"] == pytest.approx(tuned_rate - base_rate)
+    values = np.array([float(r["passed"]) for r in base])
+    indices = bootstrap_indices(len(values), 300, seed=5, pool="dev")
+    assert paired_delta(values, values, indices, 0.9) == {"value": 0.0, "low": 0.0, "high": 0.0}
+    assert (indices == bootstrap_indices(len(values), 300, seed=5, pool="dev")).all()
+
+
+def test_paired_intervals_are_narrower_than_unpaired_ones_for_correlated_models() -> None:
+    rng = np.random.default_rng(1)
+    hard = rng.random(60) < 0.5  # tasks differ in difficulty; both models mostly agree
+    base = _rows("base", list(hard))
+    flipped = hard.copy()
+    flipped[:6] = True
+    tuned = _rows("tuned", list(flipped))
+    summary = summarize_pool({"base": base, "tuned": tuned}, pool="benchmark", seed=2, resamples=400,
+                             confidence=0.95)
+    delta = summary["deltas"]["tuned"]["pass_rate"]
+    widths = [summary["models"][m]["pass_rate"]["high"] - summary["models"][m]["pass_rate"]["low"]
+              for m in ("base", "tuned")]
+    assert delta["high"] - delta["low"] < min(widths)
+    assert delta["low"] >= 0
+
+
+def test_models_must_be_compared_on_the_same_tasks() -> None:
+    with pytest.raises(InterlockError, match="same tasks"):
+        summarize_pool({"a": _rows("a", [True, False]), "b": _rows("b", [True])}, pool="benchmark", seed=0,
+                       resamples=100, confidence=0.9)
+
+
+# ----------------------------------------------------------------------------- grading
+
+def _trajectory() -> Trajectory:
+    return Trajectory("m-t.a0", "t", "d", "benchmark", "m", 0, 0, [], 4, 6, 0, 0, 0, "submitted", {}, [])
+
+
+KINDS = [("primary", True, 2.0), ("grounding", False, 1.0), ("realization", True, 1.0),
+         ("realization", True, 1.0), ("coupling", True, 2.0), ("no_collateral", True, 1.0)]
+RUBRIC = [Criterion(f"C{i + 1}", kind, (), mandatory, weight, "")
+          for i, (kind, mandatory, weight) in enumerate(KINDS)]
+
+
+@pytest.mark.parametrize(("failed", "passed", "gap", "score"), [
+    ((), True, False, 1.0),
+    (("C2",), True, False, 7 / 8),  # an optional criterion: still a pass
+    (("C3",), False, True, 7 / 8),  # the decision is right but not carried into every record
+    (("C1", "C3"), False, False, 5 / 8),  # the decision itself is wrong: no completion gap
+    (("C5",), False, False, 6 / 8),
+])
+def test_completion_gap_is_a_right_primary_deliverable_with_a_realization_missed(failed, passed, gap,
+                                                                                  score) -> None:
+    verdicts = {c.criterion_id: c.criterion_id not in failed for c in RUBRIC}
+    result = grade_episode(_trajectory(), RUBRIC, verdicts)
+    assert result.passed is passed and result.completion_gap is gap
+    assert result.primary_passed is ("C1" not in failed)
+    assert result.score == pytest.approx(score)
+    assert result.criterion_pass_rate == pytest.approx((6 - len(failed)) / 6)
+    assert result.turns == 4 and result.tool_calls == 6 and result.criteria == 6
+    del verdicts["C6"]  # a criterion without a verdict fails
+    unjudged = grade_episode(_trajectory(), RUBRIC, verdicts)
+    assert not unjudged.passed and unjudged.score == pytest.approx(score - 1 / 8)
+    effects_only = grade_episode(_trajectory(), [c for c in RUBRIC if c.kind != "primary"], verdicts)
+    assert effects_only.completion_gap is None and effects_only.primary_passed is None
+
+
+# ----------------------------------------------------------------------------- adapters and checkpoints
+
+class SubmitBench:
+    """A second, tiny adapter: its own episode loop, its own grading (the episode submitted), no
+    notion of a completion gap."""
+
+    name = "submits"
+
+    def __init__(self, contexts) -> None:
+        self.contexts = contexts
+        self.closed = False
+
+    def tasks(self):
+        return [(c.task_id, "category") for c in self.contexts]
+
+    def identity(self):
+        return [c.task_id for c in self.contexts]
+
+    def rollout(self, model, policy, backend, settings, *, out, timings, work) -> None:
+        episodes = [dataclasses.replace(e, rollout_id=rollout_id(model, e.task.task_id, e.attempt),
+                                        domain_id="category")
+                    for e in plan_episodes(iter(self.contexts), policy=policy, attempts=settings.attempts,
+                                           seed=settings.seed)]
+        done = sorted(run_episodes(episodes, backend, settings.limits, work), key=lambda t: t.rollout_id)
+        write_table(out, [t.to_row() for t in done], schemas.TRAJECTORIES)
+        write_table(timings, [{"rollout_id": t.rollout_id, "seconds": 0.0} for t in done],
+                    schemas.ROLLOUT_TIMINGS)
+
+    def grade(self, trajectories):
+        return [EpisodeResult.of(t, passed=t.finish_reason == "submitted", score=1.0, criterion_pass_rate=1.0)
+                for t in trajectories]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_an_external_adapter_brings_its_own_tasks_episodes_and_grading(contexts, judge, tmp_path) -> None:
+    extra = SubmitBench(contexts[:2])
+    models = [scripted("oracle"), scripted("loop", "tool_loop")]
+    evaluation = evaluate(contexts[:2], judge, tmp_path, models=models, extra=[extra])
+    assert extra.closed
+    pools = evaluation.metrics["pools"]
+    assert list(pools) == ["benchmark", "submits"]
+    submits = pools["submits"]
+    assert submits["models"]["oracle"]["pass_rate"]["value"] == 1.0
+    assert submits["models"]["loop"]["pass_rate"]["value"] == 0.0
+    assert submits["models"]["loop"]["finish_reasons"] == {"max_turns": 2 * SETTINGS.attempts}
+    assert "completion_gap_rate" not in submits["models"]["oracle"]  # the adapter has no such notion
+    assert "completion_gap_rate" not in submits["deltas"]["loop"]
+    results = read_rows(tmp_path / "evaluation" / "results.parquet", schemas.EVAL_RESULTS)
+    assert {r["pool"] for r in results} == {"benchmark", "submits"}
+    assert all(r["completion_gap"] is None for r in results if r["pool"] == "submits")
+    assert [r["domain_id"] for r in evaluation.domain_rows if r["pool"] == "submits"] == ["category"] * 2
+
+
+def test_a_missing_checkpoint_names_the_stage_that_makes_it(tmp_path) -> None:
+    backbone = BackboneConfig(name="tiny", source="tiny", backend="transformers", dtype="float32",
+                              max_context=512, generation={"temperature": 0.0, "max_new_tokens": 8})
+    (tmp_path / "base").mkdir()
+    with pytest.raises(InterlockError) as error:
+        checkpoint_models(["base", "demo_sft", "rft"], tmp_path, backbone)
+    message = str(error.value)
+    for name, stage in (("base", "base_model"), ("demo_sft", "demo_sft"), ("rft", "train")):
+        assert f"model {name!r} has no checkpoint" in message and f"`dvc repro {stage}`" in message
+    with pytest.raises(InterlockError, match="listed twice"):
+        run_evaluation([scripted("oracle"), scripted("oracle")], [], SETTINGS, out=tmp_path / "o",
+                       timings=tmp_path / "t.parquet", work=tmp_path / "w", resamples=100, confidence=0.9)
