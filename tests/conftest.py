@@ -3,12 +3,25 @@ backbone, each built once."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from interlock.blueprints import TaskSize, make_blueprint, stable_seed
 from interlock.catalog import load_catalog
+from interlock.config import write_params
 from interlock.graph import build_graph
 from interlock.pipeline import build_pack
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+#: what W&B and DVC may inherit from the caller's environment that would send the smoke run's
+#: tracking or experiment names elsewhere
+ISOLATED = ("WANDB_MODE", "WANDB_DIR", "WANDB_DISABLED", "DVC_ROOT", "DVC_EXP_NAME", "DVC_STAGE")
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +50,33 @@ def tiny_checkpoint(tmp_path_factory, tasks):
     from interlock.models.tiny import build_tiny, pack_texts
 
     return build_tiny(tmp_path_factory.mktemp("models") / "tiny", pack_texts(t[3] for t in tasks), seed=7)
+
+
+def run(args: list[str], cwd: Path, *, stdout_only: bool = False) -> str:
+    """Run a command the way a user would in ``cwd`` (the venv's tools first on PATH, W&B offline);
+    fail the test with its output if it fails."""
+    env = {key: value for key, value in os.environ.items() if key not in ISOLATED}
+    env.update(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", DVC_NO_ANALYTICS="1", WANDB_MODE="offline",
+               WANDB_SILENT="true")
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout if stdout_only else done.stdout + done.stderr
+
+
+@pytest.fixture(scope="session")
+def smoke_repo(tmp_path_factory) -> Path:
+    """A copy of the repository's tracked files at the smoke scale, after one `dvc repro`: the
+    pipeline runs once per test session and every test that needs its artifacts shares it."""
+    root = tmp_path_factory.mktemp("smoke") / "repo"
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, text=True, check=True).stdout.split()
+    for name in listed:
+        if (REPO / name).is_file() and not name.startswith(("data/", "metrics/")) and name != "dvc.lock":
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, root / name)
+    write_params(root / "conf", root / "params.yaml", ["scale=smoke", "domains=d4"])
+    run(["git", "init", "-q"], root)
+    run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"], root)
+    run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "smoke"], root)
+    run([str(BIN / "dvc"), "repro"], root)
+    return root

@@ -1,4 +1,4 @@
-"""The synthesis stages as a real `dvc repro` in a temporary git repository at the smoke scale."""
+"""The whole pipeline as a real `dvc repro` in a temporary git repository at the smoke scale."""
 
 from __future__ import annotations
 
@@ -12,49 +12,24 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from conftest import BIN
+from conftest import run as _run
 
 from interlock import schemas
-from interlock.config import write_params
 from interlock.errors import InterlockError
 from interlock.io import read_rows
 from interlock.pipeline import run_graphs
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-ARTIFACTS = ["domains.parquet", "blueprints.parquet", "graphs", "packs", "review", "models",
-             "rollouts", "rollout_timings.parquet", "judge", "accepted"]
-#: measured, so different every run; no stage reads it
-MEASURED = {"rollout_timings.parquet"}
-
-
-def _run(args: list[str], cwd: Path) -> str:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1"}
-    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout + done.stderr
+ARTIFACTS = ["domains.parquet", "blueprints.parquet", "graphs", "packs", "review", "models", "demos",
+             "rollouts", "rollout_timings.parquet", "judge", "accepted", "evaluation",
+             "evaluation_timings.parquet"]
+#: measured, so different every run; no stage reads them
+MEASURED = {"rollout_timings.parquet", "evaluation_timings.parquet"}
 
 
 def _snapshot(data: Path) -> dict[str, bytes]:
     return {p.relative_to(data).as_posix(): p.read_bytes() for p in sorted(data.rglob("*"))
             if p.is_file() and p.name != ".gitignore" and p.name not in MEASURED}
-
-
-@pytest.fixture(scope="session")
-def smoke_repo(tmp_path_factory) -> Path:
-    """A copy of the repository's tracked files, at the smoke scale, after one `dvc repro`."""
-    root = tmp_path_factory.mktemp("smoke") / "repo"
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout.split()
-    for name in listed:
-        if (REPO / name).is_file() and not name.startswith(("data/", "metrics/")) and name != "dvc.lock":
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, root / name)
-    write_params(root / "conf", root / "params.yaml", ["scale=smoke", "domains=d4"])
-    _run(["git", "init", "-q"], root)
-    _run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"], root)
-    _run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "smoke"], root)
-    _run([str(BIN / "dvc"), "repro"], root)
-    return root
 
 
 def test_dvc_repro_writes_every_artifact(smoke_repo):
@@ -120,3 +95,66 @@ def test_stage_script_reports_bad_params_in_one_line(smoke_repo, tmp_path):
     assert "params.yaml" in done.stderr and "decisions" in done.stderr
     assert "Traceback" not in done.stderr
     assert pq.ParquetFile(work / "data" / "blueprints.parquet").metadata.num_rows > 0
+
+
+def test_every_model_is_a_checkpoint_and_the_fine_tunings_trained(smoke_repo):
+    from interlock.models.checkpoint import read_manifest, verify_checkpoint
+    from interlock.training.trainer import read_training
+
+    models = smoke_repo / "data" / "models"
+    assert sorted(p.name for p in models.iterdir() if p.is_dir()) == ["base", "demo_sft", "rft"]
+    for model in models.iterdir():
+        if model.is_dir():
+            assert verify_checkpoint(model) == [], model.name
+    demo = read_training(models / "demo_sft")
+    demos = read_rows(smoke_repo / "data" / "demos" / "trajectories.parquet", schemas.TRAJECTORIES)
+    assert demo["examples"] == len(demos) > 0 and demo["steps"] > 0
+    assert {d["pool"] for d in demos} == {"demo"}
+    metrics = json.loads((smoke_repo / "metrics" / "train.json").read_text())
+    accepted = read_rows(smoke_repo / "data" / "accepted" / "trajectories.parquet", schemas.TRAJECTORIES)
+    assert metrics["trained"] == bool(accepted) and metrics["examples"] == len(accepted)
+    assert read_manifest(models / "rft")["origin"].endswith("demo_sft")
+
+
+def test_every_stage_with_numbers_logged_an_offline_wandb_run(smoke_repo):
+    from interlock.config import load_params
+    from interlock.tracking import read_offline_run
+
+    runs = {}
+    for folder in sorted((smoke_repo / "wandb").glob("offline-run-*")):
+        run = read_offline_run(folder)
+        runs.setdefault(run["job_type"], run)
+    assert {"review", "demos", "demo_sft", "rollouts", "judge", "accept", "train", "evaluate"} <= set(runs)
+    params = load_params(smoke_repo / "params.yaml").model_dump(mode="json")
+    for stage, run in runs.items():
+        assert (run["name"], run["group"], run["config"]) == (f"workspace-{stage}", "workspace", params)
+    accept = json.loads((smoke_repo / "metrics" / "accept.json").read_text())
+    assert runs["accept"]["summary"]["rollouts"] == accept["rollouts"]
+    demo_sft = json.loads((smoke_repo / "metrics" / "demo_sft.json").read_text())
+    assert runs["demo_sft"]["summary"]["steps"] == demo_sft["steps"]
+    assert len(runs["demo_sft"]["tables"]["loss"]) == demo_sft["steps"]
+
+
+def test_dvc_metrics_and_plots_show_read_what_the_stages_declared(smoke_repo):
+    metrics = json.loads(_run([str(BIN / "dvc"), "metrics", "show", "--json"], smoke_repo, stdout_only=True))
+    files = next(iter(metrics.values()))["data"]
+    assert {"metrics/evaluate.json", "metrics/train.json", "metrics/demo_sft.json"} <= set(files)
+    plots = json.loads(_run([str(BIN / "dvc"), "plots", "show", "--json"], smoke_repo, stdout_only=True))
+    declared = {"metrics/plots/demo_sft_loss.tsv", "metrics/plots/train_loss.tsv",
+                "metrics/plots/accept_by_domain.tsv", "metrics/plots/evaluate_models.tsv",
+                "metrics/plots/evaluate_domains.tsv"}
+    assert declared <= set(plots["data"]) and not plots.get("errors")
+
+
+def test_artifacts_round_trip_through_a_dvc_remote(smoke_repo, tmp_path):
+    clone = tmp_path / "clone"
+    shutil.copytree(smoke_repo, clone, ignore=shutil.ignore_patterns("wandb"))
+    remote = tmp_path / "remote"
+    _run([str(BIN / "dvc"), "remote", "add", "--local", "-d", "store", str(remote)], clone)
+    _run([str(BIN / "dvc"), "push"], clone)
+    before = _snapshot(clone / "data")
+    shutil.rmtree(clone / "data")
+    shutil.rmtree(clone / ".dvc" / "cache")
+    _run([str(BIN / "dvc"), "pull"], clone)
+    assert _snapshot(clone / "data") == before
+    assert "up to date" in _run([str(BIN / "dvc"), "status"], clone)
