@@ -153,6 +153,7 @@ class TrainConfig(_Strict):
     weight_decay: float = Field(ge=0)
     max_grad_norm: float = Field(gt=0)
     lora: LoraConfig | None = None
+    launcher: str = Field(min_length=1)  # `python`, or `accelerate launch ...` for several GPUs
 
 
 class EvalConfig(_Strict):

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from interlock.artifacts import Artifacts
@@ -23,7 +24,7 @@ PHASES = {"demo": ("demo_sft", "demo_sft"), "rft": ("train", "rft")}
 
 
 def run_fine_tuning(params: Params, data: Artifacts, phase: str,
-                    metrics_dir: Path = Path("metrics")) -> StageReport:
+                    metrics_dir: Path = Path("metrics")) -> StageReport | None:
     stage, name = PHASES[phase]
     if phase == "demo":
         trajectories, start = data.demos, data.base_model
@@ -33,6 +34,8 @@ def run_fine_tuning(params: Params, data: Artifacts, phase: str,
     out = data.model(name)
     metrics = fine_tune_on_trajectories(trajectories, start, out, recipe, name=name,
                                         max_context=params.backbone.max_context)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return None  # under `accelerate launch`, the main process alone reports
     curve = loss_curve(out)
     write_json(metrics_dir / f"{stage}.json", metrics)
     write_tsv(metrics_dir / "plots" / f"{stage}_loss.tsv", curve, ["step", "loss", "learning_rate"])
