@@ -160,3 +160,39 @@ def test_dvc_hydra_integration_enabled() -> None:
     assert parser.getboolean("hydra", "enabled")
     assert parser.get("hydra", "config_dir") == "conf"
     assert parser.get("hydra", "config_name", fallback="config") == "config"
+
+
+@pytest.mark.parametrize(("option", "lora"), [("full", False), ("lora", True)])
+def test_train_option_composes(option: str, lora: bool) -> None:
+    train = Params.model_validate(compose_config([f"train={option}"])).train
+    assert train.name == option and (train.lora is not None) == lora
+    assert train.demo.epochs >= 1 and train.rft.epochs >= 1 and train.launcher == "python"
+
+
+def test_each_fine_tuning_stage_reads_only_its_own_phase() -> None:
+    """Changing the RFT schedule must not re-run the demonstration SFT, and the reverse."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    demo = {str(p) for p in stages["demo_sft"]["params"] if str(p).startswith("train")}
+    rft = {str(p) for p in stages["train"]["params"] if str(p).startswith("train")}
+    assert "train.demo" in demo - rft and "train.rft" in rft - demo
+    shared = set(compose_config()["train"]) - {"name", "demo", "rft", "launcher"}
+    assert {f"train.{key}" for key in shared} <= demo & rft
+
+
+@pytest.mark.parametrize("option", ["offline", "online", "disabled"])
+def test_tracking_option_composes(option: str) -> None:
+    cfg = compose_config([f"tracking={option}"])
+    assert Params.model_validate(cfg).tracking.mode == option
+    assert {k: v for k, v in cfg.items() if k != "tracking"} == {
+        k: v for k, v in compose_config().items() if k != "tracking"}
+
+
+def test_no_stage_depends_on_tracking() -> None:
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    assert not [name for name, stage in stages.items()
+                if any(str(p).startswith("tracking") for p in stage.get("params", []))]
+
+
+def test_the_default_evaluation_compares_original_demonstration_and_rft() -> None:
+    evaluation = Params.model_validate(compose_config()).eval
+    assert evaluation.models == ["base", "demo_sft", "rft"] and evaluation.pools == ["benchmark"]
