@@ -7,8 +7,8 @@ from common import run_stage
 
 from interlock.artifacts import Artifacts
 from interlock.config import Params
-from interlock.io import write_json
-from interlock.judges.run import run_accept, write_tsv
+from interlock.io import write_json, write_tsv
+from interlock.judges.run import run_accept
 from interlock.tracking import StageReport
 
 

@@ -17,8 +17,7 @@ from interlock.agents.rollout import RolloutLimits
 from interlock.artifacts import Artifacts
 from interlock.config import Params
 from interlock.evaluation import AdmittedPool, RunSettings, checkpoint_models, run_evaluation
-from interlock.io import write_json
-from interlock.judges.run import write_tsv
+from interlock.io import write_json, write_tsv
 from interlock.pipeline import load_domains
 from interlock.tracking import StageReport
 

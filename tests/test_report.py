@@ -14,8 +14,7 @@ from interlock.agents.trajectory import Trajectory
 from interlock.artifacts import Artifacts, MissingArtifacts
 from interlock.evaluation.metrics import summarize_pool
 from interlock.graph import graph_rows
-from interlock.io import write_table
-from interlock.judges.run import write_tsv
+from interlock.io import write_table, write_tsv
 from interlock.workspace import ToolCall
 
 # ----------------------------------------------------------------------------- where

@@ -178,3 +178,10 @@ def batched(items: Iterable, size: int) -> Iterator[list]:
 def write_json(path: Path | str, data: object) -> None:
     with atomic_output(path) as tmp:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_tsv(path: Path | str, rows: list[dict], columns: list[str]) -> None:
+    """A plots TSV (header only when there are no rows), written atomically."""
+    with atomic_output(path) as tmp:
+        lines = ["\t".join(columns)] + ["\t".join(str(row[c]) for c in columns) for row in rows]
+        tmp.write_text("\n".join(lines) + "\n")

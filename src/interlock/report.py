@@ -119,7 +119,7 @@ def _judge_order(chosen: str) -> list[str]:
 
 
 def read_plot(path: Path | str) -> pd.DataFrame:
-    """A plots TSV written by :func:`interlock.judges.run.write_tsv` (``None`` cells are missing)."""
+    """A plots TSV written by :func:`interlock.io.write_tsv` (``None`` cells are missing)."""
     return pd.read_csv(path, sep="\t", na_values=["None"], keep_default_na=True)
 
 

@@ -21,7 +21,6 @@ from interlock.agents.backends import ChatBackend
 from interlock.agents.trajectory import Trajectory
 from interlock.errors import InterlockError
 from interlock.io import (
-    atomic_output,
     batched,
     count_rows,
     iter_row_groups,
@@ -198,10 +197,3 @@ def run_accept(trajectories: Path, judge_dir: Path, packs_dir: Path, out: Path, 
         "paper_per_accepted": PAPER_PER_ACCEPTED,
     }
     return metrics, plot
-
-
-def write_tsv(path: Path | str, rows: list[dict], columns: list[str]) -> None:
-    """A plots TSV (header only when there are no rows), written atomically."""
-    with atomic_output(path) as tmp:
-        lines = ["\t".join(columns)] + ["\t".join(str(row[c]) for c in columns) for row in rows]
-        tmp.write_text("\n".join(lines) + "\n")

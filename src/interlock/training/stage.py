@@ -14,8 +14,7 @@ from pathlib import Path
 from interlock.artifacts import Artifacts
 from interlock.blueprints import stable_seed
 from interlock.config import Params
-from interlock.io import write_json
-from interlock.judges.run import write_tsv
+from interlock.io import write_json, write_tsv
 from interlock.tracking import StageReport
 from interlock.training.trainer import Recipe, fine_tune_on_trajectories, loss_curve
 
