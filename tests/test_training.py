@@ -154,6 +154,7 @@ def test_training_lowers_the_loss_and_writes_a_complete_checkpoint(trained, tiny
     manifest = read_manifest(out)
     assert manifest["source"] == "finetuned" and "training.parquet" in {f["path"] for f in manifest["files"]}
     assert verify_checkpoint(out) == []
+    assert load_checkpoint(out)[0].config.use_cache  # training turns the cache off; serving needs it
     assert sha256(out / "model.safetensors") != sha256(tiny_checkpoint / "model.safetensors")
 
 

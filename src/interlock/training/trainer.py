@@ -151,6 +151,7 @@ def fine_tune(start: Path, data: ExampleSet, recipe: Recipe, out_dir: Path, *, n
         trained = accelerator.unwrap_model(model)
         if recipe.lora is not None:
             trained = trained.merge_and_unload()
+        trained.config.use_cache = True  # off for training only; `generate` on the checkpoint needs it
         notes = (f"fine-tuned from {start} on {len(data.examples)} examples, {total_steps} steps"
                  if total_steps else f"untrained copy of {start}: no examples to train on")
         save_checkpoint(trained.eval(), tokenizer, out_dir, source="finetuned", origin=str(start),
