@@ -29,7 +29,6 @@ class PackedRow:
     targets: torch.Tensor  # positions (into the row) whose next token carries loss
     labels: torch.Tensor  # the next token at each of those positions
     weights: torch.Tensor  # the example weight of each of those positions
-    examples: int
 
     @property
     def tokens(self) -> int:
@@ -74,4 +73,4 @@ def pack(examples: list[Example]) -> PackedRow:
                 labels.append(example.input_ids[t])
                 weights.append(example.weight)
     return PackedRow(torch.tensor([ids]), torch.tensor([positions]), torch.tensor(targets),
-                     torch.tensor(labels), torch.tensor(weights, dtype=torch.float32), len(examples))
+                     torch.tensor(labels), torch.tensor(weights, dtype=torch.float32))
