@@ -31,9 +31,7 @@ def main(params: Params, data: Artifacts) -> StageReport:
     benchmarks = [AdmittedPool.from_artifacts(data, catalog, pool) for pool in params.eval.pools]
     settings = RunSettings(
         attempts=params.scale.evaluation.attempts, seed=params.seed, batch_size=rollouts.batch_size,
-        limits=RolloutLimits(max_turns=rollouts.max_turns, max_new_tokens=backbone.generation.max_new_tokens,
-                             max_observation_chars=rollouts.max_observation_chars,
-                             temperature=backbone.generation.temperature))
+        limits=RolloutLimits.of(rollouts, backbone.generation))
     evaluation = run_evaluation(models, benchmarks, settings, out=data.evaluation,
                                 timings=data.root / "evaluation_timings.parquet",
                                 work=data.root / ".evaluation-partial", resamples=params.eval.bootstrap,

@@ -20,9 +20,7 @@ from interlock.tracking import StageReport
 def main(params: Params, data: Artifacts) -> StageReport:
     backbone, rollouts = params.backbone, params.scale.rollouts
     checkpoint = data.model(rollouts.policy)
-    limits = RolloutLimits(max_turns=rollouts.max_turns, max_new_tokens=backbone.generation.max_new_tokens,
-                           max_observation_chars=rollouts.max_observation_chars,
-                           temperature=backbone.generation.temperature)
+    limits = RolloutLimits.of(rollouts, backbone.generation)
     catalog = load_domains(data.domains)
     total = admitted_count(data.review, "rft") * rollouts.attempts
     run_id = fingerprint(params.seed, rollouts.model_dump(), backbone.model_dump(), read_manifest(checkpoint))

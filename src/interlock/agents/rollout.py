@@ -44,6 +44,13 @@ class RolloutLimits:
     max_observation_chars: int = 4000  # longer tool outputs are clipped (flooding cannot blow the context)
     temperature: float = 0.7
 
+    @classmethod
+    def of(cls, rollouts, generation) -> RolloutLimits:
+        """The limits the config sets (``scale.rollouts`` and ``backbone.generation``): the
+        rollouts stage and the evaluation roll out under the same ones."""
+        return cls(max_turns=rollouts.max_turns, max_new_tokens=generation.max_new_tokens,
+                   max_observation_chars=rollouts.max_observation_chars, temperature=generation.temperature)
+
 
 @dataclass
 class Episode:

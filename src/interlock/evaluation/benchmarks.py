@@ -74,7 +74,7 @@ from interlock.artifacts import Artifacts
 from interlock.catalog import Catalog
 from interlock.errors import InterlockError
 from interlock.evaluation.metrics import EpisodeResult, grade_episode
-from interlock.io import dumps
+from interlock.io import batched, dumps
 from interlock.rollouts import admitted_tasks, plan_episodes, run_rollouts
 
 #: the built-in pools, and the split their domains must come from
@@ -178,8 +178,7 @@ class AdmittedPool:
     def grade(self, trajectories: Sequence[Trajectory]) -> list[EpisodeResult]:
         judge = self._judge or self._start_judge()
         results = []
-        for start in range(0, len(trajectories), self.judge_batch):
-            chunk = trajectories[start:start + self.judge_batch]
+        for chunk in batched(trajectories, self.judge_batch):
             missing = sorted({t.task_id for t in chunk} - set(self.packs))
             if missing:
                 raise InterlockError(f"a trajectory of a task outside pool {self.name!r}: {missing[0]}")

@@ -47,6 +47,7 @@ import numpy as np
 from interlock.agents.trajectory import Trajectory
 from interlock.blueprints import stable_seed
 from interlock.errors import InterlockError
+from interlock.judges.base import accepted
 from interlock.packs import Criterion
 
 PRIMARY_KINDS = frozenset({"primary"})
@@ -119,7 +120,7 @@ def grade_episode(trajectory: Trajectory, rubric: Sequence[Criterion], passed: M
     gap = (primary_passed and not all(realization)) if primary and realization else None
     return EpisodeResult.of(
         trajectory,
-        passed=bool(rubric) and all(ok[c.criterion_id] for c in rubric if c.mandatory),
+        passed=bool(rubric) and accepted(ok, rubric),
         score=sum(c.weight for c in rubric if ok[c.criterion_id]) / total if total else 0.0,
         criterion_pass_rate=sum(ok.values()) / len(ok) if ok else 0.0,
         criteria=len(rubric), primary_passed=primary_passed, completion_gap=gap, verdicts=verdicts)
