@@ -74,7 +74,7 @@ def smoke_repo(tmp_path_factory) -> Path:
         if (REPO / name).is_file() and not name.startswith(("data/", "metrics/")) and name != "dvc.lock":
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, root / name)
-    write_params(root / "conf", root / "params.yaml", ["scale=smoke", "domains=d4"])
+    write_params(root / "conf", root / "params.yaml", ["scale=smoke"])
     run(["git", "init", "-q"], root)
     run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"], root)
     run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "smoke"], root)

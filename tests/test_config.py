@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from interlock.config import Params, compose_params, params_text
+from interlock.config import Params, compose_params, load_params, params_text, write_params
+from interlock.errors import InterlockError
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -54,7 +55,8 @@ def test_scale_options_are_the_expected_ones() -> None:
 
 
 def test_domains_options_are_the_expected_ones() -> None:
-    assert _options("domains") == sorted(DOMAIN_OPTIONS)
+    assert _options("domains") == sorted([*DOMAIN_OPTIONS, "all"])
+    assert compose_config()["domains"] == {"name": "all", "count": None}
 
 
 @pytest.mark.parametrize("option", sorted(SCALE_TRAIN_DOMAINS))
@@ -71,8 +73,9 @@ def test_scale_option_composes(option: str) -> None:
     assert all(isinstance(v, int) and v >= 0 for v in scale.task_size.model_dump().values())
     assert scale.row_group_tasks > 0
     # Choosing a scale leaves the other groups and top-level keys at their defaults.
-    assert cfg["domains"]["name"] == "d16"
+    assert cfg["domains"]["name"] == "all"
     assert cfg["seed"] == 20261129
+    assert scale.breadth_trajectories > 0
 
 
 @pytest.mark.parametrize("option", DOMAIN_OPTIONS)
@@ -82,6 +85,22 @@ def test_domains_option_composes(option: str) -> None:
     assert cfg["domains"]["count"] == int(re.fullmatch(r"d(\d+)", option).group(1))
     # `domains` must not change anything the synthesis stages read.
     assert cfg["scale"] == compose_config()["scale"]
+
+
+@pytest.mark.parametrize(("scale", "valid"), [("smoke", ["d4"]), ("default", ["d4", "d8", "d16"]),
+                                               ("paper", DOMAIN_OPTIONS)])
+def test_a_breadth_is_valid_only_where_the_scale_has_that_many_training_domains(
+        scale: str, valid: list[str], tmp_path: Path) -> None:
+    for option in DOMAIN_OPTIONS:
+        path = tmp_path / f"{scale}-{option}.yaml"
+        write_params(CONF, path, [f"scale={scale}", f"domains={option}"])
+        if option in valid:
+            assert load_params(path).domains.count == int(option[1:])
+        else:
+            expected = rf"breadth {option} needs .* scale {scale} has"
+            with pytest.raises(InterlockError, match=expected) as error:
+                load_params(path)
+            assert error.value.field == "domains.count" and error.value.file == str(path)
 
 
 def test_judge_options_are_the_expected_ones() -> None:

@@ -21,7 +21,7 @@ from interlock.io import read_rows
 from interlock.pipeline import run_graphs
 
 ARTIFACTS = ["domains.parquet", "blueprints.parquet", "graphs", "packs", "review", "models", "demos",
-             "rollouts", "rollout_timings.parquet", "judge", "accepted", "evaluation",
+             "rollouts", "rollout_timings.parquet", "judge", "accepted", "training_set", "evaluation",
              "evaluation_timings.parquet"]
 #: measured, so different every run; no stage reads them
 MEASURED = {"rollout_timings.parquet", "evaluation_timings.parquet"}
@@ -58,12 +58,16 @@ def test_stages_write_identical_bytes_when_forced(smoke_repo):
     assert _snapshot(smoke_repo / "data") == before
 
 
-def test_the_domains_choice_changes_nothing_synthesis_produces(smoke_repo):
+def test_the_domains_choice_reaches_only_the_sample_stage(smoke_repo):
+    """A breadth sweep re-runs sample and what follows it (train, evaluate), never synthesis,
+    rollouts or judging: of the stages whose own inputs change, `sample` is the only one."""
     params = yaml.safe_load((smoke_repo / "params.yaml").read_text())
-    params["domains"] = {"name": "d8", "count": 8}
+    params["domains"] = {"name": "d4", "count": 4}
     (smoke_repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     try:
-        assert "up to date" in _run([str(BIN / "dvc"), "status"], smoke_repo)
+        status = json.loads(_run([str(BIN / "dvc"), "status", "--json"], smoke_repo, stdout_only=True))
+        assert set(status) == {"sample"}
+        assert "domains" in json.dumps(status["sample"])
     finally:
         _run(["git", "checkout", "params.yaml"], smoke_repo)
 
@@ -111,7 +115,12 @@ def test_every_model_is_a_checkpoint_and_the_fine_tunings_trained(smoke_repo):
     assert demo["examples"] == len(demos) > 0 and demo["steps"] > 0
     assert {d["pool"] for d in demos} == {"demo"}
     metrics = json.loads((smoke_repo / "metrics" / "train.json").read_text())
-    accepted = read_rows(smoke_repo / "data" / "accepted" / "trajectories.parquet", schemas.TRAJECTORIES)
+    data = smoke_repo / "data"
+    accepted = read_rows(data / "accepted" / "trajectories.parquet", schemas.TRAJECTORIES)
+    training_set = read_rows(data / "training_set" / "trajectories.parquet", schemas.TRAJECTORIES)
+    assert training_set == accepted  # domains=all: every accepted trajectory, nothing resampled
+    sample = json.loads((smoke_repo / "metrics" / "sample.json").read_text())
+    assert sample["breadth"] is None and sample["trajectories"] == len(accepted)
     assert metrics["trained"] == bool(accepted) and metrics["examples"] == len(accepted)
     assert read_manifest(models / "rft")["origin"].endswith("demo_sft")
 
@@ -124,7 +133,8 @@ def test_every_stage_with_numbers_logged_an_offline_wandb_run(smoke_repo):
     for folder in sorted((smoke_repo / "wandb").glob("offline-run-*")):
         run = read_offline_run(folder)
         runs.setdefault(run["job_type"], run)
-    assert {"review", "demos", "demo_sft", "rollouts", "judge", "accept", "train", "evaluate"} <= set(runs)
+    assert {"review", "demos", "demo_sft", "rollouts", "judge", "accept", "sample", "train",
+            "evaluate"} <= set(runs)
     params = load_params(smoke_repo / "params.yaml").model_dump(mode="json")
     for stage, run in runs.items():
         assert (run["name"], run["group"], run["config"]) == (f"workspace-{stage}", "workspace", params)

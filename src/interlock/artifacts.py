@@ -76,6 +76,11 @@ class Artifacts:
         return self.root / "accepted" / "trajectories.parquet"
 
     @property
+    def training_set(self) -> Path:
+        """What RFT trains on: the accepted trajectories of the chosen domain breadth."""
+        return self.root / "training_set" / "trajectories.parquet"
+
+    @property
     def demos(self) -> Path:
         """Reference demonstrations: the oracle's trajectories on the admitted ``demo`` tasks."""
         return self.root / "demos" / "trajectories.parquet"

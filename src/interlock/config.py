@@ -66,6 +66,7 @@ class ScaleConfig(_Strict):
     name: Literal["smoke", "default", "paper"]
     train_domains: int = Field(ge=1)
     heldout_domains: int = Field(ge=1)
+    breadth_trajectories: int = Field(ge=1)  # what RFT trains on at every breadth d4 ... d128
     tasks_per_domain: dict[str, int]
     task_size: TaskSizeConfig
     row_group_tasks: int = Field(ge=1)
@@ -85,8 +86,11 @@ class ScaleConfig(_Strict):
 
 
 class DomainsConfig(_Strict):
+    """What RFT trains on: every accepted trajectory (``all``, count null), or a breadth: a fixed
+    number of trajectories (``scale.breadth_trajectories``) stratified across ``count`` domains."""
+
     name: str
-    count: int = Field(ge=1)
+    count: int | None = Field(default=None, ge=1)
 
 
 class JudgeConfig(_Strict):
@@ -191,6 +195,14 @@ class Params(BaseModel):
     eval: EvalConfig
     tracking: TrackingConfig
 
+    @model_validator(mode="after")
+    def _breadth_fits_the_scale(self) -> Params:
+        if self.domains.count is not None and self.domains.count > self.scale.train_domains:
+            raise InterlockError(f"breadth {self.domains.name} needs {self.domains.count} training domains; "
+                                 f"scale {self.scale.name} has {self.scale.train_domains}",
+                                 item="params", field="domains.count")
+        return self
+
 
 def load_params(path: Path | str = "params.yaml") -> Params:
     path = Path(path)
@@ -205,7 +217,8 @@ def load_params(path: Path | str = "params.yaml") -> Params:
         field = ".".join(str(part) for part in error["loc"]) or None
         raise InterlockError(error["msg"], file=str(path), item="params", field=field) from None
     except InterlockError as exc:
-        raise InterlockError(exc.reason, file=str(path), item="scale.task_size", field=exc.field) from None
+        item = "scale.task_size" if exc.item == "task_size" else exc.item
+        raise InterlockError(exc.reason, file=str(path), item=item, field=exc.field) from None
 
 
 def compose_params(conf_dir: Path | str = "conf", overrides: list[str] | None = None) -> dict:

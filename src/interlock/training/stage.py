@@ -3,7 +3,7 @@
 - ``demo`` (stage ``demo_sft``): the base checkpoint on the reference demonstrations; the warm
   start of RFT where ``scale.rollouts.policy`` is ``demo_sft``, and the demonstration baseline;
 - ``rft`` (stage ``train``): the starting policy (the checkpoint that made the rollouts) on its
-  own accepted trajectories.
+  own accepted trajectories (the training set the ``sample`` stage chose from them).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def run_fine_tuning(params: Params, data: Artifacts, phase: str,
     if phase == "demo":
         trajectories, start = data.demos, data.base_model
     else:
-        trajectories, start = data.accepted, data.model(params.scale.rollouts.policy)
+        trajectories, start = data.training_set, data.model(params.scale.rollouts.policy)
     recipe = Recipe.of(params.train, phase, stable_seed(params.seed, stage))
     out = data.model(name)
     metrics = fine_tune_on_trajectories(trajectories, start, out, recipe, name=name,
