@@ -193,8 +193,8 @@ def test_each_fine_tuning_stage_reads_only_its_own_phase() -> None:
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     demo = {str(p) for p in stages["demo_sft"]["params"] if str(p).startswith("train")}
     rft = {str(p) for p in stages["train"]["params"] if str(p).startswith("train")}
-    assert "train.demo" in demo - rft and "train.rft" in rft - demo
-    shared = set(compose_config()["train"]) - {"name", "demo", "rft", "launcher"}
+    assert "train.demo" in demo - rft and {"train.rft", "train.seeds"} <= rft - demo
+    shared = set(compose_config()["train"]) - {"name", "demo", "rft", "seeds", "launcher"}
     assert {f"train.{key}" for key in shared} <= demo & rft
 
 

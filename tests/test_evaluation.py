@@ -213,6 +213,40 @@ def test_paired_intervals_are_narrower_than_unpaired_ones_for_correlated_models(
     assert delta["low"] >= 0
 
 
+def _seeded(model: str, seeds: list[list[bool]]) -> list[dict]:
+    return [{**row, "seed": k} for k, passed in enumerate(seeds) for row in _rows(model, passed)]
+
+
+def test_intervals_of_a_model_with_several_seeds_cover_the_seeds_too() -> None:
+    rng = np.random.default_rng(3)
+    base = _rows("base", list(rng.random(30) < 0.3))
+    tuned = list(rng.random(30) < 0.6)
+    # three identical seeds: nothing to add, so the same intervals as one checkpoint
+    same = summarize_pool({"base": base, "rft": _seeded("rft", [tuned] * 3), "one": _rows("one", tuned)},
+                          pool="benchmark", seed=4, resamples=400, confidence=0.95)
+    assert same["models"]["rft"]["seeds"] == 3 and same["models"]["rft"]["episodes"] == 90
+    assert same["models"]["one"]["seeds"] == 1
+    for metric in ("pass_rate", "score"):
+        assert same["models"]["rft"][metric] == same["models"]["one"][metric]
+        assert same["deltas"]["rft"][metric] == same["deltas"]["one"][metric]
+    # seeds that disagree: the same mean as their per-task average, and a wider interval
+    spread = [list(rng.random(30) < p) for p in (0.2, 0.5, 0.8)]
+    average = [{**row, "passed": sum(s[i] for s in spread) / 3}
+               for i, row in enumerate(_rows("average", [False] * 30))]
+    summary = summarize_pool({"base": base, "rft": _seeded("rft", spread), "average": average},
+                             pool="benchmark", seed=4, resamples=400, confidence=0.95)
+    seeded, flat = summary["models"]["rft"]["pass_rate"], summary["models"]["average"]["pass_rate"]
+    assert seeded["value"] == pytest.approx(flat["value"])
+    assert seeded["high"] - seeded["low"] > 1.5 * (flat["high"] - flat["low"])
+
+
+def test_a_seed_missing_a_task_is_an_error() -> None:
+    rows = _seeded("rft", [[True, False, True], [True, False, True]])[:-1]
+    with pytest.raises(InterlockError, match="seed 1 of model 'rft' has no episode of task t2"):
+        summarize_pool({"base": _rows("base", [True, False, True]), "rft": rows}, pool="benchmark", seed=0,
+                       resamples=100, confidence=0.9)
+
+
 def test_models_must_be_compared_on_the_same_tasks() -> None:
     with pytest.raises(InterlockError, match="same tasks"):
         summarize_pool({"a": _rows("a", [True, False]), "b": _rows("b", [True])}, pool="benchmark", seed=0,

@@ -107,9 +107,9 @@ def test_every_model_is_a_checkpoint_and_the_fine_tunings_trained(smoke_repo):
 
     models = smoke_repo / "data" / "models"
     assert sorted(p.name for p in models.iterdir() if p.is_dir()) == ["base", "demo_sft", "rft"]
-    for model in models.iterdir():
-        if model.is_dir():
-            assert verify_checkpoint(model) == [], model.name
+    checkpoints = [models / "base", models / "demo_sft", *sorted((models / "rft").iterdir())]
+    for checkpoint in checkpoints:
+        assert verify_checkpoint(checkpoint) == [], checkpoint
     demo = read_training(models / "demo_sft")
     demos = read_rows(smoke_repo / "data" / "demos" / "trajectories.parquet", schemas.TRAJECTORIES)
     assert demo["examples"] == len(demos) > 0 and demo["steps"] > 0
@@ -122,7 +122,11 @@ def test_every_model_is_a_checkpoint_and_the_fine_tunings_trained(smoke_repo):
     sample = json.loads((smoke_repo / "metrics" / "sample.json").read_text())
     assert sample["breadth"] is None and sample["trajectories"] == len(accepted)
     assert metrics["trained"] == bool(accepted) and metrics["examples"] == len(accepted)
-    assert read_manifest(models / "rft")["origin"].endswith("demo_sft")
+    # one checkpoint per seed; with nothing to train on, one untrained copy stands for them all
+    seeds = sorted(p.name for p in (models / "rft").iterdir())
+    assert seeds == ([f"seed-{k}" for k in range(metrics["seeds"])] if accepted else ["seed-0"])
+    assert sorted(metrics["by_seed"]) == seeds
+    assert read_manifest(models / "rft" / "seed-0")["origin"].endswith("demo_sft")
 
 
 def test_every_stage_with_numbers_logged_an_offline_wandb_run(smoke_repo):
@@ -150,7 +154,7 @@ def test_dvc_metrics_and_plots_show_read_what_the_stages_declared(smoke_repo):
     files = next(iter(metrics.values()))["data"]
     assert {"metrics/evaluate.json", "metrics/train.json", "metrics/demo_sft.json"} <= set(files)
     plots = json.loads(_run([str(BIN / "dvc"), "plots", "show", "--json"], smoke_repo, stdout_only=True))
-    declared = {"metrics/plots/demo_sft_loss.tsv", "metrics/plots/train_loss.tsv",
+    declared = {"metrics/plots/demo_sft_loss.tsv", "metrics/plots/train_loss/seed-0.tsv",
                 "metrics/plots/accept_by_domain.tsv", "metrics/plots/evaluate_models.tsv",
                 "metrics/plots/evaluate_domains.tsv"}
     assert declared <= set(plots["data"]) and not plots.get("errors")

@@ -5,24 +5,33 @@ checkpoint with its training record loading back through a backend."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoTokenizer
 
+from interlock import schemas
 from interlock.agents.backends import ChatRequest, TaskContext
 from interlock.agents.backends.transformers_backend import TransformersBackend
 from interlock.agents.rollout import TOOLS
 from interlock.agents.trajectory import Trajectory
-from interlock.config import LoraConfig
+from interlock.artifacts import Artifacts
+from interlock.config import LoraConfig, load_params, write_params
 from interlock.errors import InterlockError
+from interlock.evaluation import checkpoint_models
+from interlock.io import write_row_groups
 from interlock.models.chat_template import IM_END
 from interlock.models.checkpoint import load_checkpoint, read_manifest, sha256, verify_checkpoint
 from interlock.rollouts import scripted_rollouts
 from interlock.training.batching import pack, plan_rows
 from interlock.training.examples import ExampleSet, encode_trajectories
+from interlock.training.stage import run_fine_tuning
 from interlock.training.trainer import Recipe, fine_tune, read_training, row_loss, step_plan
 
+REPO = Path(__file__).resolve().parents[1]
 RECIPE = Recipe(epochs=2, learning_rate=3e-3, batch_tokens=4096, gradient_accumulation=1, warmup_steps=0,
                 weight_decay=0.0, max_grad_norm=1.0, seed=11)
 
@@ -213,3 +222,54 @@ def test_multi_step_training_on_a_gpu(tiny_checkpoint, example_set, tmp_path) ->
     recipe = dataclasses.replace(RECIPE, epochs=3, gradient_accumulation=2)
     result = fine_tune(tiny_checkpoint, example_set, recipe, tmp_path / "gpu", name="gpu", max_context=4096)
     assert result.record["steps"] >= 3 and result.record["losses"][-1] < result.record["losses"][0]
+
+
+# ----------------------------------------------------------------------------- the train stage
+
+def write_params_file(root: Path, overrides: list[str]) -> Path:
+    write_params(REPO / "conf", root / "params.yaml", overrides)
+    return root / "params.yaml"
+
+
+def _stage_data(root, demos, tiny_checkpoint, rows) -> Artifacts:
+    """A data folder with the starting policy (the tiny model as demo_sft) and a training set."""
+    data = Artifacts(root / "data")
+    shutil.copytree(tiny_checkpoint, data.model("demo_sft"))
+    with write_row_groups(data.training_set, schemas.TRAJECTORIES) as writer:
+        if rows:
+            writer.write(rows)
+    return data
+
+
+def test_rft_trains_one_checkpoint_per_seed_and_evaluation_sees_them_as_one_model(
+        demos, tiny_checkpoint, tmp_path) -> None:
+    params = load_params(write_params_file(tmp_path, ["scale=smoke", "train.seeds=2"]))
+    data = _stage_data(tmp_path, demos, tiny_checkpoint, [t.to_row() for t in demos])
+    report = run_fine_tuning(params, data, "rft", metrics_dir=tmp_path / "metrics")
+    metrics = json.loads((tmp_path / "metrics" / "train.json").read_text())
+    assert metrics["trained"] and metrics["seeds"] == 2 and sorted(metrics["by_seed"]) == ["seed-0", "seed-1"]
+    assert metrics["examples"] == len(demos) and "2 seeds" in metrics["message"]
+    records = [read_training(data.model("rft") / f"seed-{k}") for k in range(2)]
+    assert records[0]["seed"] != records[1]["seed"] and records[0]["data_sha256"] == records[1]["data_sha256"]
+    assert records[0]["losses"] != records[1]["losses"]  # another seed, another order of the data
+    curves = sorted(p.name for p in (tmp_path / "metrics" / "plots" / "train_loss").iterdir())
+    assert curves == ["seed-0.tsv", "seed-1.tsv"]
+    assert {row["seed"] for row in report.tables["loss"]} == {"seed-0", "seed-1"}
+    models = checkpoint_models(["demo_sft", "rft"], data.root / "models", params.backbone)
+    assert [(m.name, m.seed, m.key) for m in models] == [
+        ("demo_sft", None, "demo_sft"), ("rft", 0, "rft.seed-0"), ("rft", 1, "rft.seed-1")]
+    # a re-run with one seed leaves no checkpoint of the earlier seed behind
+    one = load_params(write_params_file(tmp_path, ["scale=smoke", "train.seeds=1"]))
+    run_fine_tuning(one, data, "rft", metrics_dir=tmp_path / "metrics")
+    assert sorted(p.name for p in data.model("rft").iterdir()) == ["seed-0"]
+
+
+def test_rft_with_nothing_to_train_writes_one_untrained_copy_for_every_seed(demos, tiny_checkpoint,
+                                                                         tmp_path) -> None:
+    params = load_params(write_params_file(tmp_path, ["scale=smoke", "train.seeds=3"]))
+    data = _stage_data(tmp_path, demos, tiny_checkpoint, [])
+    run_fine_tuning(params, data, "rft", metrics_dir=tmp_path / "metrics")
+    metrics = json.loads((tmp_path / "metrics" / "train.json").read_text())
+    assert not metrics["trained"] and metrics["seeds"] == 1
+    assert "one copy, not one per seed" in metrics["message"]
+    assert sorted(p.name for p in data.model("rft").iterdir()) == ["seed-0"]

@@ -151,6 +151,7 @@ class TrainConfig(_Strict):
     name: str
     demo: PhaseConfig
     rft: PhaseConfig
+    seeds: int = Field(ge=1)  # RFT trainings, one checkpoint per seed
     batch_tokens: int = Field(ge=16)  # tokens per packed micro-batch
     gradient_accumulation: int = Field(ge=1)
     warmup_steps: int = Field(ge=0)

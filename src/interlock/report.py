@@ -108,6 +108,16 @@ class Results:
             raise MissingArtifacts(f"{path} does not exist; run `dvc repro` first", file=str(path))
         return read_plot(path)
 
+    def loss_curves(self) -> dict[str, pd.DataFrame]:
+        """Every fine-tuning's loss curve: ``demo_sft``, then ``rft/seed-0`` ... (one per seed)."""
+        curves = {"demo_sft": self.plot("demo_sft_loss")}
+        folder = self.metrics_dir / "plots" / "train_loss"
+        if not folder.is_dir():
+            raise MissingArtifacts(f"{folder} does not exist; run `dvc repro` first", file=str(folder))
+        for path in sorted(folder.glob("*.tsv"), key=lambda p: (len(p.stem), p.stem)):
+            curves[f"rft/{path.stem}"] = read_plot(path)
+        return curves
+
     def verdicts(self, judges: Sequence[str] | None = None) -> pd.DataFrame:
         """Both judges' verdicts on the rollout pool (the configured judge first)."""
         judges = judges or _judge_order(self.params.judge.name)

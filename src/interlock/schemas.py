@@ -115,7 +115,8 @@ TRAINING_MANIFEST = pa.schema([
 #: or an external adapter's name), how it was graded; ``completion_gap`` and ``primary_passed`` are
 #: null where a benchmark has no such notion (see :mod:`interlock.evaluation.metrics`)
 EVAL_RESULTS = pa.schema([
-    ("model", s), ("pool", s), ("rollout_id", s), ("task_id", s), ("domain_id", s), ("attempt", i32),
+    ("model", s), ("seed", i32), ("pool", s), ("rollout_id", s), ("task_id", s), ("domain_id", s),
+    ("attempt", i32),
     ("passed", b), ("score", f64), ("criterion_pass_rate", f64), ("criteria", i32),
     ("primary_passed", b), ("completion_gap", b), ("turns", i32), ("tool_calls", i32),
     ("finish_reason", s),

@@ -99,11 +99,12 @@ class EpisodeResult:
                    primary_passed, completion_gap, trajectory.turns, trajectory.tool_calls,
                    trajectory.finish_reason, tuple(verdicts))
 
-    def row(self, model: str, pool: str) -> dict:
-        """A row of :data:`interlock.schemas.EVAL_RESULTS`."""
-        return {"model": model, "pool": pool, "rollout_id": self.rollout_id, "task_id": self.task_id,
-                "domain_id": self.domain_id, "attempt": self.attempt, "passed": self.passed,
-                "score": self.score, "criterion_pass_rate": self.criterion_pass_rate,
+    def row(self, model: str, pool: str, seed: int | None = None) -> dict:
+        """A row of :data:`interlock.schemas.EVAL_RESULTS` (``seed``: the training seed of a model
+        with one checkpoint per seed, else None)."""
+        return {"model": model, "seed": seed, "pool": pool, "rollout_id": self.rollout_id,
+                "task_id": self.task_id, "domain_id": self.domain_id, "attempt": self.attempt,
+                "passed": self.passed, "score": self.score, "criterion_pass_rate": self.criterion_pass_rate,
                 "criteria": self.criteria, "primary_passed": self.primary_passed,
                 "completion_gap": self.completion_gap, "turns": self.turns, "tool_calls": self.tool_calls,
                 "finish_reason": self.finish_reason}
@@ -129,24 +130,55 @@ def grade_episode(trajectory: Trajectory, rubric: Sequence[Criterion], passed: M
 # ----------------------------------------------------------------------------- bootstrap
 
 def bootstrap_indices(tasks: int, resamples: int, seed: int, pool: str) -> np.ndarray:
-    """``resamples`` x ``tasks`` task indices drawn with replacement, seeded by (seed, pool)."""
+    """``resamples`` x ``tasks`` task indices drawn with replacement, seeded by (seed, pool); every
+    model of a pool shares them, so deltas are paired by task."""
     rng = np.random.default_rng(stable_seed(seed, "evaluate", pool))
     return rng.integers(0, tasks, size=(resamples, tasks)) if tasks else np.zeros((resamples, 0), int)
 
 
-def estimate(values: np.ndarray, indices: np.ndarray, confidence: float) -> dict:
-    """Mean of per-task ``values`` and its percentile bootstrap interval."""
-    if not len(values):
-        return {"value": None, "low": None, "high": None}
-    means = values[indices].mean(axis=1)
+def seed_indices(seeds: int, resamples: int, seed: int, pool: str, model: str) -> np.ndarray:
+    """``resamples`` x ``seeds`` training-seed indices drawn with replacement, one draw per model
+    (a model with one checkpoint always draws it, so its intervals are over tasks alone)."""
+    if seeds == 1:
+        return np.zeros((resamples, 1), int)
+    rng = np.random.default_rng(stable_seed(seed, "evaluate", pool, model, "seeds"))
+    return rng.integers(0, seeds, size=(resamples, seeds))
+
+
+def _replicates(values: np.ndarray, tasks: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+    """The mean of each bootstrap replicate: seeds resampled, then tasks (``values``: seed x task)."""
+    per_task = values[seeds].mean(axis=1)  # replicate x task: the drawn seeds' mean
+    return np.take_along_axis(per_task, tasks, axis=1).mean(axis=1)
+
+
+def _interval(point: float, replicates: np.ndarray, confidence: float) -> dict:
     tail = (1 - confidence) / 2
-    low, high = np.quantile(means, [tail, 1 - tail])
-    return {"value": _number(values.mean()), "low": _number(low), "high": _number(high)}
+    low, high = np.quantile(replicates, [tail, 1 - tail])
+    return {"value": _number(point), "low": _number(low), "high": _number(high)}
 
 
-def paired_delta(values: np.ndarray, reference: np.ndarray, indices: np.ndarray, confidence: float) -> dict:
-    """Mean of ``values - reference`` (per task, same task order) and its paired interval."""
-    return estimate(values - reference, indices, confidence)
+def estimate(values: np.ndarray, tasks: np.ndarray, confidence: float,
+             seeds: np.ndarray | None = None) -> dict:
+    """Mean of per-task ``values`` (a task vector, or seed x task) and its percentile bootstrap
+    interval over tasks and, with several training seeds, over seeds too."""
+    values = np.atleast_2d(values)
+    if not values.shape[1]:
+        return {"value": None, "low": None, "high": None}
+    seeds = np.zeros((len(tasks), 1), int) if seeds is None else seeds
+    return _interval(values.mean(), _replicates(values, tasks, seeds), confidence)
+
+
+def paired_delta(values: np.ndarray, reference: np.ndarray, tasks: np.ndarray, confidence: float,
+                 seeds: np.ndarray | None = None, reference_seeds: np.ndarray | None = None) -> dict:
+    """Mean of ``values - reference`` (same task order) and its interval, paired by task (each
+    side's seeds resampled independently)."""
+    values, reference = np.atleast_2d(values), np.atleast_2d(reference)
+    if not values.shape[1]:
+        return {"value": None, "low": None, "high": None}
+    ones = np.zeros((len(tasks), 1), int)
+    replicates = (_replicates(values, tasks, ones if seeds is None else seeds)
+                  - _replicates(reference, tasks, ones if reference_seeds is None else reference_seeds))
+    return _interval(values.mean() - reference.mean(), replicates, confidence)
 
 
 def _number(value: float) -> float:
@@ -156,15 +188,23 @@ def _number(value: float) -> float:
 # ----------------------------------------------------------------------------- aggregation
 
 def task_values(rows: Sequence[dict], column: str, tasks: Sequence[str]) -> np.ndarray | None:
-    """Per task (in ``tasks`` order) the mean of ``column`` over its episodes; None if any is null."""
-    sums: dict[str, float] = defaultdict(float)
+    """Per training seed and task (seed x task, tasks in ``tasks`` order) the mean of ``column``
+    over its episodes; None if any is null. A model with one checkpoint has one seed row."""
+    sums: dict[tuple, float] = defaultdict(float)
     counts: Counter = Counter()
     for row in rows:
         if row[column] is None:
             return None
-        sums[row["task_id"]] += float(row[column])
-        counts[row["task_id"]] += 1
-    return np.array([sums[t] / counts[t] for t in tasks], dtype=float)
+        key = (row.get("seed"), row["task_id"])
+        sums[key] += float(row[column])
+        counts[key] += 1
+    seeds = sorted({seed for seed, _ in counts}, key=lambda s: (s is not None, s))
+    for seed in seeds:
+        missing = [t for t in tasks if (seed, t) not in counts]
+        if missing:
+            raise InterlockError(f"seed {seed} of model {rows[0]['model']!r} has no episode of task "
+                                 f"{missing[0]}", field="seed")
+    return np.array([[sums[s, t] / counts[s, t] for t in tasks] for s in seeds] or [[]], dtype=float)
 
 
 def summarize_pool(rows_by_model: Mapping[str, Sequence[dict]], *, pool: str, seed: int, resamples: int,
@@ -187,19 +227,22 @@ def summarize_pool(rows_by_model: Mapping[str, Sequence[dict]], *, pool: str, se
     indices = bootstrap_indices(len(tasks), resamples, seed, pool)
     values = {m: {metric: task_values(rows_by_model[m], column, tasks) for metric, column in METRICS.items()}
               for m in models}
+    seeds = {m: len({r.get("seed") for r in rows_by_model[m]}) or 1 for m in models}
+    draws = {m: seed_indices(seeds[m], resamples, seed, pool, m) for m in models}
     summary: dict = {"tasks": len(tasks),
                      "domains": len({r["domain_id"] for r in rows_by_model[reference]}),
                      "models": {}, "deltas": {}}
     for model in models:
         rows = rows_by_model[model]
-        entry: dict = {"episodes": len(rows)}
-        entry.update({metric: estimate(v, indices, confidence)
+        entry: dict = {"episodes": len(rows), "seeds": seeds[model]}
+        entry.update({metric: estimate(v, indices, confidence, draws[model])
                       for metric, v in values[model].items() if v is not None})
         entry["finish_reasons"] = dict(sorted(Counter(r["finish_reason"] for r in rows).items()))
         summary["models"][model] = entry
     for model in models[1:]:
         summary["deltas"][model] = {
-            metric: paired_delta(v, values[reference][metric], indices, confidence)
+            metric: paired_delta(v, values[reference][metric], indices, confidence, draws[model],
+                                 draws[reference])
             for metric, v in values[model].items() if v is not None and values[reference][metric] is not None}
     return summary
 

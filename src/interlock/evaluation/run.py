@@ -43,6 +43,12 @@ class Model:
     load: Callable[[], ChatBackend]
     policy: str | None = None
     identity: object = None
+    seed: int | None = None  # the training seed, where a model has one checkpoint per seed
+
+    @property
+    def key(self) -> str:
+        """Unique per checkpoint: the name, and the seed where there is one (rollout-id prefix)."""
+        return self.name if self.seed is None else f"{self.name}.seed-{self.seed}"
 
 
 @dataclass
@@ -63,28 +69,29 @@ def run_evaluation(models: Sequence[Model], benchmarks: Sequence[Benchmark], set
                    progress: bool = True) -> Evaluation:
     """Roll out, grade and summarize; write ``out/{trajectories,results,verdicts}.parquet`` and
     ``timings``; return the metrics (deltas against the first model) and the plot rows."""
-    _check_names([m.name for m in models], "model", "eval.models")
+    _check_names([m.key for m in models], "model", "eval.models")
     _check_names([b.name for b in benchmarks], "benchmark", "eval.pools")
-    runs = {(m.name, b.name): _run_file(work, m, b, settings) for m in models for b in benchmarks}
+    runs = {(m.key, b.name): _run_file(work, m, b, settings) for m in models for b in benchmarks}
     _remove_stale(work, set(runs.values()))
     results: dict[str, dict[str, list[dict]]] = {b.name: {} for b in benchmarks}
     try:
         with tqdm(total=len(models), desc="evaluate", unit="model", dynamic_ncols=True,
                   disable=not progress) as bar:
             for model in models:
-                bar.set_postfix_str(model.name)
+                bar.set_postfix_str(model.key)
                 _roll_out(model, benchmarks, settings, runs, work)
                 bar.update(1)
         with write_table_set(out, schemas.EVALUATION_TABLES) as tables:
             for model in models:
                 for benchmark in benchmarks:
-                    done = runs[model.name, benchmark.name]
-                    results[benchmark.name][model.name] = _grade(model, benchmark, done, tables, progress)
+                    done = runs[model.key, benchmark.name]
+                    rows = _grade(model, benchmark, done, tables, progress)
+                    results[benchmark.name].setdefault(model.name, []).extend(rows)
     finally:
         for benchmark in benchmarks:
             benchmark.close()
     write_table(timings, [row for m in models for b in benchmarks
-                          for row in _timings(runs[m.name, b.name])], schemas.ROLLOUT_TIMINGS)
+                          for row in _timings(runs[m.key, b.name])], schemas.ROLLOUT_TIMINGS)
     evaluation = _summarize(models, benchmarks, results, settings, resamples, confidence)
     shutil.rmtree(work, ignore_errors=True)
     return evaluation
@@ -99,9 +106,9 @@ def _check_names(names: list[str], what: str, field_name: str) -> None:
 
 
 def _run_file(work: Path, model: Model, benchmark: Benchmark, settings: RunSettings) -> Path:
-    run_id = fingerprint(settings.identity(), model.name, model.policy or model.name, model.identity,
+    run_id = fingerprint(settings.identity(), model.key, model.policy or model.name, model.identity,
                          benchmark.name, benchmark.identity())
-    return work / "done" / f"{model.name}.{benchmark.name}.{run_id}.parquet"
+    return work / "done" / f"{model.key}.{benchmark.name}.{run_id}.parquet"
 
 
 def _remove_stale(work: Path, keep: set[Path]) -> None:
@@ -118,16 +125,16 @@ def _remove_stale(work: Path, keep: set[Path]) -> None:
 def _roll_out(model: Model, benchmarks: Sequence[Benchmark], settings: RunSettings,
               runs: dict[tuple[str, str], Path], work: Path) -> None:
     """Every benchmark's rollouts of one model not finished yet; the backend is freed after."""
-    todo = [b for b in benchmarks if not runs[model.name, b.name].exists()]
+    todo = [b for b in benchmarks if not runs[model.key, b.name].exists()]
     if not todo:
         return
     backend = model.load()
     try:
         for benchmark in todo:
-            done = runs[model.name, benchmark.name]
+            done = runs[model.key, benchmark.name]
             done.parent.mkdir(parents=True, exist_ok=True)
             parts = work / "parts" / done.name.removesuffix(".parquet")
-            benchmark.rollout(model.name, model.policy or model.name, backend, settings, out=done,
+            benchmark.rollout(model.key, model.policy or model.name, backend, settings, out=done,
                               timings=_timings_path(done), work=parts)
             if not done.exists():
                 raise InterlockError(f"benchmark {benchmark.name!r} wrote no trajectories", file=str(done))
@@ -150,7 +157,7 @@ def _grade(model: Model, benchmark: Benchmark, done: Path, tables, progress: boo
     """Grade one finished run row group by row group, writing its aligned row groups."""
     domains = dict(benchmark.tasks())
     rows: list[dict] = []
-    with tqdm(total=_count(done), desc=f"grade {model.name} on {benchmark.name}", unit="episode",
+    with tqdm(total=_count(done), desc=f"grade {model.key} on {benchmark.name}", unit="episode",
               dynamic_ncols=True, disable=not progress) as bar:
         for group in iter_row_groups(done, schemas.TRAJECTORIES):
             trajectories = [Trajectory.from_row(row, str(done)) for row in group]
@@ -166,7 +173,7 @@ def _grade(model: Model, benchmark: Benchmark, done: Path, tables, progress: boo
                         f"{result.domain_id!r}, but " + (f"lists the task in {listed!r}" if listed else
                                                          "does not list the task"),
                         file=str(done), item=result.rollout_id)
-            result_rows = [r.row(model.name, benchmark.name) for r in graded]
+            result_rows = [r.row(model.name, benchmark.name, model.seed) for r in graded]
             tables.write({"trajectories": group, "results": result_rows,
                           "verdicts": [v for r in graded for v in r.verdicts]})
             rows += result_rows
@@ -183,7 +190,7 @@ def _count(path: Path) -> int:
 def _summarize(models: Sequence[Model], benchmarks: Sequence[Benchmark],
                results: dict[str, dict[str, list[dict]]], settings: RunSettings, resamples: int,
                confidence: float) -> Evaluation:
-    names = [m.name for m in models]
+    names = list(dict.fromkeys(m.name for m in models))  # a model's seeds are one entry
     metrics: dict = {"models": names, "reference": names[0], "attempts": settings.attempts,
                      "bootstrap": resamples, "confidence": confidence, "pools": {}}
     evaluation = Evaluation(metrics)
@@ -236,11 +243,13 @@ CHECKPOINT_STAGES = {"base": "base_model", "demo_sft": "demo_sft", "rft": "train
 
 def checkpoint_models(names: Sequence[str], models_dir: Path, backbone) -> list[Model]:
     """The checkpoints ``models_dir/<name>`` as evaluated models (backend from ``backbone``, a
-    :class:`~interlock.config.BackboneConfig`); every one is checked to exist before anything runs."""
+    :class:`~interlock.config.BackboneConfig`); a folder of per-seed checkpoints (``rft/seed-0``
+    ...) is one model with several seeds. Every one is checked to exist before anything runs."""
     from interlock.agents.backends.factory import make_backend
-    from interlock.models.checkpoint import read_manifest
+    from interlock.models.checkpoint import read_manifest, seed_checkpoints
 
-    missing = [name for name in names if not (Path(models_dir) / name / "config.json").is_file()]
+    found = {name: seed_checkpoints(Path(models_dir) / name) for name in names}
+    missing = [name for name in names if not found[name]]
     if missing:
         lines = []
         for name in missing:
@@ -249,12 +258,12 @@ def checkpoint_models(names: Sequence[str], models_dir: Path, backbone) -> list[
                 f"it is made by the `{stage}` stage (`dvc repro {stage}`)" if stage else
                 f"no stage of the pipeline makes {name!r}: put a checkpoint there or remove it"))
         raise InterlockError("; ".join(lines), file=str(Path(models_dir) / missing[0]), field="eval.models")
+    backend_identity = backbone.model_dump(include={"name", "backend", "dtype", "max_context", "generation"})
     models = []
     for name in names:
-        checkpoint = Path(models_dir) / name
-        backend_identity = backbone.model_dump(include={"name", "backend", "dtype", "max_context",
-                                                        "generation"})
-        models.append(Model(name, lambda checkpoint=checkpoint: make_backend(backbone, checkpoint),
-                            policy=f"{backbone.name}/{name}",
-                            identity={"manifest": read_manifest(checkpoint), "backbone": backend_identity}))
+        for seed, checkpoint in found[name].items():
+            policy = f"{backbone.name}/{name}" + ("" if seed is None else f"/seed-{seed}")
+            models.append(Model(name, lambda checkpoint=checkpoint: make_backend(backbone, checkpoint),
+                                policy=policy, seed=seed, identity={"manifest": read_manifest(checkpoint),
+                                                                    "backbone": backend_identity}))
     return models

@@ -92,6 +92,24 @@ def write_manifest(folder: Path, model, tokenizer, *, name: str, source: str, or
     return row
 
 
+#: a model trained with several seeds is a folder of checkpoints, one per seed: ``rft/seed-0`` ...
+SEED_FOLDER = "seed-{}"
+
+
+def seed_checkpoints(folder: Path | str) -> dict[int | None, Path]:
+    """A model folder's checkpoints by training seed: ``{None: folder}`` when it is one checkpoint,
+    ``{0: folder/seed-0, 1: ...}`` when it holds one per seed; empty when it holds neither."""
+    folder = Path(folder)
+    if (folder / "config.json").is_file():
+        return {None: folder}
+    seeds = {}
+    for child in folder.glob("seed-*") if folder.is_dir() else ():
+        index = child.name.removeprefix("seed-")
+        if index.isdigit() and (child / "config.json").is_file():
+            seeds[int(index)] = child
+    return dict(sorted(seeds.items()))
+
+
 def weights_sha256(folder: Path | str) -> str:
     """The recorded hash of a checkpoint's weights file (what a fine-tuning started from)."""
     return next((f["sha256"] for f in read_manifest(folder)["files"] if f["path"] == "model.safetensors"), "")
