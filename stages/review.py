@@ -5,8 +5,7 @@ from pathlib import Path
 
 from common import run_stage
 
-from interlock.agents.backends.factory import make_backend
-from interlock.agents.scripted import ScriptedBackend
+from interlock.agents.backends.factory import solver_backend
 from interlock.artifacts import Artifacts
 from interlock.config import Params
 from interlock.io import write_json
@@ -17,12 +16,7 @@ from interlock.tracking import StageReport
 
 
 def main(params: Params, data: Artifacts) -> StageReport:
-    validation = params.scale.validation
-    if validation.solver == "noisy":
-        solver, policy = ScriptedBackend("noisy", seed=params.seed, skip_effect=validation.skip_effect,
-                                         ignore_coupling=validation.ignore_coupling), "scripted/noisy"
-    else:
-        solver, policy = make_backend(params.backbone, data.base_model), f"{params.backbone.name}/base"
+    solver, policy = solver_backend(params.scale.validation.solver, params, data.base_model, "base")
     with AgentJudge() as judge:
         gate = ExecutionGate(solver, judge, policy=policy, seed=params.seed)
         summary = run_review(data.graphs, data.packs, data.review, catalog=load_domains(data.domains),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from common import run_stage
 
-from interlock.agents.backends.factory import make_backend
+from interlock.agents.backends.factory import solver_backend
 from interlock.agents.rollout import RolloutLimits
 from interlock.artifacts import Artifacts
 from interlock.config import Params
@@ -23,11 +23,12 @@ def main(params: Params, data: Artifacts) -> StageReport:
     limits = RolloutLimits.of(rollouts, backbone.generation)
     catalog = load_domains(data.domains)
     total = admitted_count(data.review, "rft") * rollouts.attempts
-    run_id = fingerprint(params.seed, rollouts.model_dump(), backbone.model_dump(), read_manifest(checkpoint))
+    backend, policy = solver_backend(rollouts.solver, params, checkpoint, rollouts.policy)
+    run_id = fingerprint(params.seed, rollouts.model_dump(), backbone.model_dump(), read_manifest(checkpoint),
+                         params.scale.validation.model_dump() if rollouts.solver == "noisy" else None)
     episodes = plan_episodes(admitted_tasks(data.review, data.packs, data.graphs, catalog, "rft"),
-                             policy=f"{backbone.name}/{rollouts.policy}", attempts=rollouts.attempts,
-                             seed=params.seed)
-    summary = run_rollouts(episodes, make_backend(backbone, checkpoint), limits, total=total,
+                             policy=policy, attempts=rollouts.attempts, seed=params.seed)
+    summary = run_rollouts(episodes, backend, limits, total=total,
                            out=data.trajectories, timings=data.root / "rollout_timings.parquet",
                            work=data.root / ".rollouts-partial", run_id=run_id,
                            batch_size=rollouts.batch_size)

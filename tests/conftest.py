@@ -3,6 +3,7 @@ backbone, each built once."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -52,14 +53,14 @@ def tiny_checkpoint(tmp_path_factory, tasks):
     return build_tiny(tmp_path_factory.mktemp("models") / "tiny", pack_texts(t[3] for t in tasks), seed=7)
 
 
-def run(args: list[str], cwd: Path, *, stdout_only: bool = False) -> str:
+def run(args: list[str], cwd: Path, *, stdout_only: bool = False, check: bool = True) -> str:
     """Run a command the way a user would in ``cwd`` (the venv's tools first on PATH, W&B offline);
-    fail the test with its output if it fails."""
+    fail the test with its output if it fails (unless ``check`` is false: a failure is the point)."""
     env = {key: value for key, value in os.environ.items() if key not in ISOLATED}
     env.update(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", DVC_NO_ANALYTICS="1", WANDB_MODE="offline",
                WANDB_SILENT="true")
     done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == 0 or not check, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout if stdout_only else done.stdout + done.stderr
 
 
@@ -80,3 +81,19 @@ def smoke_repo(tmp_path_factory) -> Path:
     run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "smoke"], root)
     run([str(BIN / "dvc"), "repro"], root)
     return root
+
+
+KERNEL = "interlock-venv"
+
+
+@pytest.fixture
+def venv_kernel(tmp_path, monkeypatch) -> str:
+    """A kernel spec that starts this interpreter, first on ``JUPYTER_PATH`` (whatever kernels
+    the machine has installed elsewhere)."""
+    spec = tmp_path / "jupyter" / "kernels" / KERNEL
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "interlock (venv)", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    return KERNEL

@@ -22,7 +22,7 @@ CONF = ROOT / "conf"
 PARAMS = ROOT / "params.yaml"
 
 SCALE_TRAIN_DOMAINS = {"smoke": 4, "default": 16, "paper": 128}
-DOMAIN_OPTIONS = ["d4", "d8", "d16", "d32", "d64", "d128"]
+DOMAIN_OPTIONS = ["d2", "d4", "d8", "d16", "d32", "d64", "d128"]
 JUDGE_OPTIONS = ["agent", "text"]
 #: backbone option -> its source; the smoke scale picks tiny, every other scale the default smollm2
 BACKBONE_SOURCES = {"tiny": "tiny", "smollm2": "gguf_wheel", "hub": "pretrained"}
@@ -87,7 +87,8 @@ def test_domains_option_composes(option: str) -> None:
     assert cfg["scale"] == compose_config()["scale"]
 
 
-@pytest.mark.parametrize(("scale", "valid"), [("smoke", ["d4"]), ("default", ["d4", "d8", "d16"]),
+@pytest.mark.parametrize(("scale", "valid"), [("smoke", ["d2", "d4"]),
+                                               ("default", ["d2", "d4", "d8", "d16"]),
                                                ("paper", DOMAIN_OPTIONS)])
 def test_a_breadth_is_valid_only_where_the_scale_has_that_many_training_domains(
         scale: str, valid: list[str], tmp_path: Path) -> None:

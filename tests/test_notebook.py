@@ -6,31 +6,15 @@ outside any repository, so it finds the smoke run only through ``$INTERLOCK_REPO
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import nbformat
-import pytest
 from nbclient import NotebookClient
 
 from interlock.config import load_params
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "results.ipynb"
 CELL_TIMEOUT = 120
-KERNEL = "interlock-venv"
-
-
-@pytest.fixture
-def venv_kernel(tmp_path, monkeypatch) -> str:
-    """A kernel spec that starts this interpreter, first on ``JUPYTER_PATH`` (whatever kernels
-    the machine has installed elsewhere)."""
-    spec = tmp_path / "jupyter" / "kernels" / KERNEL
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "interlock (venv)", "language": "python"}))
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    return KERNEL
 
 
 def test_the_committed_notebook_is_valid_and_has_no_outputs():

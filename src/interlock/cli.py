@@ -5,6 +5,7 @@
     interlock [--data DIR] show TASK_ID
     interlock [--data DIR] draw TASK_ID -o FILE.png
     interlock params [-S GROUP=OPTION ...]
+    interlock collect [--group NAME] [-o DIR]
 
 Exit codes: 0 success, 1 bad or missing artifacts (one line on stderr), 2 usage errors and
 unknown task ids.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,6 +69,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--conf", type=Path, default=Path("conf"), help="config directory (default: conf)")
     p.add_argument("--output", type=Path, default=Path("params.yaml"), help="default: params.yaml")
     p.set_defaults(run=cmd_params)
+
+    p = sub.add_parser("collect", help="compare finished DVC experiments (a sweep): table and plots")
+    p.add_argument("--group", metavar="NAME", help="only the experiments of this sweep (tracking.group)")
+    p.add_argument("--repo", type=Path, default=Path("."), help="repository (default: .)")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="DIR",
+                   help="for ablations.tsv, breadth.png and judges.png (default: reports/<group or all>)")
+    p.set_defaults(run=cmd_collect)
     return parser
 
 
@@ -194,6 +203,28 @@ def cmd_params(artifacts: Artifacts, args: argparse.Namespace, console: Console)
     choices = ", ".join(f"{group}={params[group]['name']}" for group in ("scale", "domains", "backbone")
                         if group in params)
     console.print(f"wrote {escape(str(args.output))} ({choices})")
+
+
+def cmd_collect(artifacts: Artifacts, args: argparse.Namespace, console: Console) -> None:
+    from interlock.ablations import write_ablation_report  # matplotlib only when collecting
+
+    out = args.output or Path("reports") / (args.group or "all")
+    frame = write_ablation_report(args.repo, out, args.group)
+    shown = frame[(frame["pool"] == "benchmark") & (frame["metric"] == "pass_rate")]
+    table = Table("experiment", "breadth", "judge", "seeds", "trajectories", "model", "pass rate",
+                  "delta vs base")
+    for row in shown.itertuples():
+        table.add_row(row.experiment, _count(row.breadth, "all"), row.judge, _count(row.seeds),
+                      _count(row.training_trajectories), row.model,
+                      f"{row.value:.3f} [{row.low:.3f}, {row.high:.3f}]",
+                      f"{row.delta:+.3f} [{row.delta_low:+.3f}, {row.delta_high:+.3f}]")
+    _print_table(console, f"benchmark task pass rate, {frame['experiment'].nunique()} experiments", table)
+    console.print(f"wrote {escape(str(out))}/ablations.tsv, breadth.png, judges.png")
+
+
+def _count(value: object, missing: str = "n/a") -> str:
+    """An integer count from a table cell (pandas gives floats, and NaN where there is none)."""
+    return missing if value is None or (isinstance(value, float) and math.isnan(value)) else str(int(value))
 
 
 def _print_table(console: Console, title: str, table: Table) -> None:

@@ -34,6 +34,7 @@ class RolloutsConfig(_Strict):
     the model samples is the backbone's ``generation``)."""
 
     policy: Literal["base", "demo_sft"]  # which checkpoint under data/models/ starts RFT
+    solver: Literal["policy", "noisy"]  # who rolls out: that checkpoint, or the scripted noisy solver
     attempts: int = Field(ge=1)
     max_turns: int = Field(ge=1)
     batch_size: int = Field(ge=1)  # live episodes generated together

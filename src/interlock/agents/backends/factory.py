@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from interlock.agents.backends import ChatBackend
-from interlock.config import BackboneConfig
+from interlock.config import BackboneConfig, Params
 from interlock.errors import InterlockError
 
 #: where the ``openai`` backend finds its server (e.g. ``vllm serve`` or ``transformers serve``)
@@ -31,3 +31,17 @@ def make_backend(backbone: BackboneConfig, checkpoint: Path) -> ChatBackend:
     from interlock.agents.backends.vllm_backend import VLLMBackend
 
     return VLLMBackend(str(checkpoint), dtype=backbone.dtype, max_model_len=backbone.max_context)
+
+
+def solver_backend(solver: str, params: Params, checkpoint: Path, name: str) -> tuple[ChatBackend, str]:
+    """Who acts in the episodes of a stage, and the trajectories' ``policy`` label: the model
+    checkpoint ``name`` (``policy``), or the scripted noisy solver (``noisy``: realization effects
+    skipped and couplings ignored at ``scale.validation``'s rates; for tests, where a tiny random
+    model would pass nothing)."""
+    if solver == "noisy":
+        from interlock.agents.scripted import ScriptedBackend
+
+        rates = params.scale.validation
+        return (ScriptedBackend("noisy", seed=params.seed, skip_effect=rates.skip_effect,
+                                ignore_coupling=rates.ignore_coupling), "scripted/noisy")
+    return make_backend(params.backbone, checkpoint), f"{params.backbone.name}/{name}"

@@ -1,0 +1,110 @@
+"""The two ablations as DVC experiments at the smoke scale: a breadth sweep and a judge sweep run
+through the real DVC queue, then `interlock collect` compares them."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import BIN
+from conftest import run as _run
+
+from interlock.ablations import ablation_frame, plot_breadth, plot_judges, read_experiments
+
+REPO = Path(__file__).resolve().parents[1]
+GIT = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+
+
+def _dvc(repo: Path, *args: str) -> str:
+    return _run([str(BIN / "dvc"), *args], repo)
+
+
+def _wait_for_the_queue(repo: Path, timeout: float = 900) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = _dvc(repo, "queue", "status")
+        if not any(word in status for word in ("Queued", "Running")):
+            return status
+        time.sleep(3)
+    pytest.fail(f"the DVC queue did not finish in {timeout} s:\n{status}")
+
+
+@pytest.fixture(scope="module")
+def swept(smoke_repo, tmp_path_factory) -> Path:
+    """A copy of the smoke run, committed, with both sweeps queued and run by `dvc queue start`."""
+    repo = tmp_path_factory.mktemp("sweeps") / "repo"
+    shutil.copytree(smoke_repo, repo, ignore=shutil.ignore_patterns("wandb"))
+    _run([*GIT, "add", "-A"], repo)
+    _run([*GIT, "commit", "-qm", "the smoke run"], repo)
+    _dvc(repo, "exp", "run", "--queue", "-S", "domains=d2,d4", "-S", "judge=text",
+         "-S", "tracking.group=breadth")
+    _dvc(repo, "exp", "run", "--queue", "-S", "judge=agent,text", "-S", "tracking.group=judge")
+    _dvc(repo, "queue", "start")
+    status = _wait_for_the_queue(repo)
+    assert "Failed" not in status, status
+    return repo
+
+
+def test_a_breadth_sweep_holds_the_trajectory_count_and_reruns_only_what_follows_sampling(swept) -> None:
+    experiments = read_experiments(swept, "breadth")
+    assert sorted(e.breadth for e in experiments) == [2, 4]
+    counts = {e.breadth: e.metrics["sample"]["trajectories"] for e in experiments}
+    assert counts[2] == counts[4] > 0  # only breadth changes
+    assert {e.breadth: e.metrics["sample"]["domains"] for e in experiments} == {2: 2, 4: 4}
+    for experiment in experiments:
+        log = _dvc(swept, "queue", "logs", experiment.name)
+        ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")}
+        assert ran == {"sample", "train", "evaluate"}, log
+
+
+def test_a_judge_sweep_trains_each_judges_accepted_set(swept) -> None:
+    experiments = {e.judge: e for e in read_experiments(swept, "judge")}
+    assert set(experiments) == {"agent", "text"}
+    accepted = {judge: e.metrics["accept"]["accepted"] for judge, e in experiments.items()}
+    trained = {judge: e.metrics["train"]["examples"] for judge, e in experiments.items()}
+    assert trained == accepted  # domains=all: each trains on its own judge's accepted set
+    # the credulous text judge accepts what the executable agent judge rejects
+    assert accepted["text"] > accepted["agent"]
+
+
+def test_collect_writes_one_comparison_table_and_both_pictures(swept, tmp_path) -> None:
+    out = tmp_path / "report"
+    printed = _run([str(BIN / "interlock"), "collect", "--repo", str(swept), "--group", "breadth",
+                    "-o", str(out)], swept)
+    assert "benchmark task pass rate, 2 experiments" in printed
+    table = pd.read_csv(out / "ablations.tsv", sep="\t")
+    frame = ablation_frame(read_experiments(swept, "breadth"))
+    assert len(table) == len(frame) and set(table["experiment"]) == set(frame["experiment"])
+    rft = table[(table["model"] == "rft") & (table["metric"] == "pass_rate") & (table["pool"] == "benchmark")]
+    assert sorted(rft["breadth"]) == [2, 4] and set(rft["seeds"]) == {3}
+    assert (rft["low"] <= rft["value"]).all() and (rft["value"] <= rft["high"]).all()
+    assert rft["judge_seconds_per_rollout"].notna().all()
+    for name in ("breadth.png", "judges.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    everything = ablation_frame(read_experiments(swept))
+    assert everything["experiment"].nunique() == 4
+    assert len(plot_breadth(everything).axes) == 4 and len(plot_judges(everything).axes) == 1
+
+
+def test_collect_without_experiments_says_what_to_run(smoke_repo, tmp_path) -> None:
+    done = _run([str(BIN / "interlock"), "collect", "--group", "no-such-sweep", "-o", str(tmp_path)],
+                smoke_repo, check=False)
+    assert "no finished experiment in group 'no-such-sweep'" in done
+
+
+def test_the_notebook_shows_the_ablations(swept, venv_kernel, tmp_path, monkeypatch) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("INTERLOCK_REPO", str(swept))
+    notebook = nbformat.read(REPO / "notebooks" / "results.ipynb", as_version=4)
+    NotebookClient(notebook, timeout=120, kernel_name=venv_kernel,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    cell = next(c for c in notebook.cells if c.get("id") == "ablations")
+    assert not [o for o in cell.outputs if o["output_type"] == "error"]
+    html = "".join(o.get("data", {}).get("text/html", "") for o in cell.outputs)
+    assert html.count("<tr>") >= 4 + 1  # 4 experiments x their models, and the header
+    assert sum("image/png" in o.get("data", {}) for o in cell.outputs) == 2
