@@ -53,13 +53,18 @@ def tiny_checkpoint(tmp_path_factory, tasks):
     return build_tiny(tmp_path_factory.mktemp("models") / "tiny", pack_texts(t[3] for t in tasks), seed=7)
 
 
-def run(args: list[str], cwd: Path, *, stdout_only: bool = False, check: bool = True) -> str:
-    """Run a command the way a user would in ``cwd`` (the venv's tools first on PATH, W&B offline);
-    fail the test with its output if it fails (unless ``check`` is false: a failure is the point)."""
+def user_env() -> dict[str, str]:
+    """The environment a user's command runs in: the venv's tools first on PATH, W&B offline."""
     env = {key: value for key, value in os.environ.items() if key not in ISOLATED}
     env.update(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", DVC_NO_ANALYTICS="1", WANDB_MODE="offline",
                WANDB_SILENT="true")
-    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return env
+
+
+def run(args: list[str], cwd: Path, *, stdout_only: bool = False, check: bool = True) -> str:
+    """Run a command the way a user would in ``cwd``; fail the test with its output if it fails
+    (unless ``check`` is false: a failure is the point)."""
+    done = subprocess.run(args, cwd=cwd, env=user_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 or not check, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout if stdout_only else done.stdout + done.stderr
 

@@ -4,12 +4,14 @@ through the real DVC queue, then `interlock collect` compares them."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import BIN
+from conftest import BIN, user_env
 from conftest import run as _run
 
 from interlock.ablations import ablation_frame, plot_breadth, plot_judges, read_experiments
@@ -33,19 +35,28 @@ def _wait_for_the_queue(repo: Path, timeout: float = 900) -> str:
 
 
 @pytest.fixture(scope="module")
-def swept(smoke_repo, tmp_path_factory) -> Path:
+def swept(smoke_repo, tmp_path_factory) -> Iterator[Path]:
     """A copy of the smoke run, committed, with both sweeps queued and run by `dvc queue start`."""
     repo = tmp_path_factory.mktemp("sweeps") / "repo"
     shutil.copytree(smoke_repo, repo, ignore=shutil.ignore_patterns("wandb"))
     _run([*GIT, "add", "-A"], repo)
     _run([*GIT, "commit", "-qm", "the smoke run"], repo)
-    _dvc(repo, "exp", "run", "--queue", "-S", "domains=d2,d4", "-S", "judge=text",
-         "-S", "tracking.group=breadth")
-    _dvc(repo, "exp", "run", "--queue", "-S", "judge=agent,text", "-S", "tracking.group=judge")
-    _dvc(repo, "queue", "start")
-    status = _wait_for_the_queue(repo)
-    assert "Failed" not in status, status
-    return repo
+    # `dvc exp run -S` composes conf/ from its defaults plus the overrides: the scale is one of them.
+    # The breadth sweep uses the text judge: the agent judge accepts the smoke scale's noisy
+    # solver in only 3 of its 4 domains, too few for d4 (an error that says so; see test_sampling)
+    for sweep, group in (("domains=d2,d4", "breadth"), ("judge=agent,text", "judge")):
+        judge = ["-S", "judge=text"] if group == "breadth" else []
+        _dvc(repo, "exp", "run", "--queue", "-S", "scale=smoke", "-S", sweep, *judge,
+             "-S", f"tracking.group={group}")
+    # the worker it starts lives on after the command: give it no pipe to hold open
+    subprocess.run([str(BIN / "dvc"), "queue", "start"], cwd=repo, env=user_env(), stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=120, check=True)
+    try:
+        status = _wait_for_the_queue(repo)
+        assert "Failed" not in status, status
+        yield repo
+    finally:  # a worker left behind would keep running experiments after the tests
+        _run([str(BIN / "dvc"), "queue", "stop", "--kill"], repo, check=False)
 
 
 def test_a_breadth_sweep_holds_the_trajectory_count_and_reruns_only_what_follows_sampling(swept) -> None:
@@ -57,7 +68,8 @@ def test_a_breadth_sweep_holds_the_trajectory_count_and_reruns_only_what_follows
     for experiment in experiments:
         log = _dvc(swept, "queue", "logs", experiment.name)
         ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")}
-        assert ran == {"sample", "train", "evaluate"}, log
+        # accept too where the judge differs from the baseline's (once: then DVC's run cache has it)
+        assert {"sample", "train", "evaluate"} <= ran <= {"accept", "sample", "train", "evaluate"}, log
 
 
 def test_a_judge_sweep_trains_each_judges_accepted_set(swept) -> None:
