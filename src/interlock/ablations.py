@@ -79,14 +79,10 @@ def read_experiments(repo: Path | str, group: str | None = None) -> list[Experim
         if ref.split("/")[2] in {"exec", "celery", "temp"} or ref.count("/") < 4:
             continue  # DVC's own bookkeeping refs, not finished experiments
         params_text = _at(repo, rev, "params.yaml")
-        evaluate = _at(repo, rev, "metrics/evaluate.json")
-        if params_text is None or evaluate is None:
+        texts = {stem: _at(repo, rev, f"metrics/{stem}.json") for stem in METRICS_FILES}
+        if params_text is None or texts["evaluate"] is None:
             continue
-        metrics = {}
-        for stem in METRICS_FILES:
-            text = _at(repo, rev, f"metrics/{stem}.json")
-            if text is not None:
-                metrics[stem] = json.loads(text)
+        metrics = {stem: json.loads(text) for stem, text in texts.items() if text is not None}
         experiment = Experiment(ref.rsplit("/", 1)[-1], rev, yaml.safe_load(params_text), metrics)
         if group is None or experiment.group == group:
             experiments.append(experiment)

@@ -145,8 +145,10 @@ def seed_indices(seeds: int, resamples: int, seed: int, pool: str, model: str) -
     return rng.integers(0, seeds, size=(resamples, seeds))
 
 
-def _replicates(values: np.ndarray, tasks: np.ndarray, seeds: np.ndarray) -> np.ndarray:
-    """The mean of each bootstrap replicate: seeds resampled, then tasks (``values``: seed x task)."""
+def _replicates(values: np.ndarray, tasks: np.ndarray, seeds: np.ndarray | None) -> np.ndarray:
+    """The mean of each bootstrap replicate: seeds resampled (None: the one seed row), then tasks
+    (``values``: seed x task)."""
+    seeds = np.zeros((len(tasks), 1), int) if seeds is None else seeds
     per_task = values[seeds].mean(axis=1)  # replicate x task: the drawn seeds' mean
     return np.take_along_axis(per_task, tasks, axis=1).mean(axis=1)
 
@@ -164,7 +166,6 @@ def estimate(values: np.ndarray, tasks: np.ndarray, confidence: float,
     values = np.atleast_2d(values)
     if not values.shape[1]:
         return {"value": None, "low": None, "high": None}
-    seeds = np.zeros((len(tasks), 1), int) if seeds is None else seeds
     return _interval(values.mean(), _replicates(values, tasks, seeds), confidence)
 
 
@@ -175,9 +176,7 @@ def paired_delta(values: np.ndarray, reference: np.ndarray, tasks: np.ndarray, c
     values, reference = np.atleast_2d(values), np.atleast_2d(reference)
     if not values.shape[1]:
         return {"value": None, "low": None, "high": None}
-    ones = np.zeros((len(tasks), 1), int)
-    replicates = (_replicates(values, tasks, ones if seeds is None else seeds)
-                  - _replicates(reference, tasks, ones if reference_seeds is None else reference_seeds))
+    replicates = _replicates(values, tasks, seeds) - _replicates(reference, tasks, reference_seeds)
     return _interval(values.mean() - reference.mean(), replicates, confidence)
 
 
