@@ -18,8 +18,13 @@ test: venv-dev
 	$(BIN)/python -m pytest
 
 # One recipe creates the venv and installs the package; EXTRAS selects the extras.
+# bfcl-eval (BFCL v4 multi-turn, src/interlock/evaluation/bfcl.py) goes in with --no-deps: its declared
+# dependencies pin an old numpy and bring API clients, faiss and sentence-transformers, while its
+# multi-turn checker and simulated APIs need only the standard library plus mpmath (pinned in
+# constraints.txt; torch's sympy brings it).
 venv venv-dev:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -c constraints.txt -e '.$(EXTRAS)'
+	$(BIN)/python -m pip install --no-deps bfcl-eval==2026.3.23
 
 venv-dev: EXTRAS = [dev]

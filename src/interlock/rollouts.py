@@ -46,12 +46,17 @@ def admitted_count(review_dir: Path, pool: str) -> int:
                                                      schemas.REVIEW_TABLES["admitted"]))
 
 
+def episode_seed(seed: int, task_id: str, attempt: int) -> int:
+    """The sampling seed of one task x attempt (every benchmark's episodes draw it the same way)."""
+    return stable_seed(seed, "rollout", task_id, attempt) % 2**31
+
+
 def plan_episodes(tasks: Iterator[TaskContext], *, policy: str, attempts: int,
                   seed: int) -> Iterator[Episode]:
     for task in tasks:
         for attempt in range(attempts):
             yield Episode(f"{task.task_id}.a{attempt}", task, task.domain.id, task.pack.pool, policy, attempt,
-                          stable_seed(seed, "rollout", task.task_id, attempt) % 2**31)
+                          episode_seed(seed, task.task_id, attempt))
 
 
 def scripted_rollouts(contexts: Iterable[TaskContext], policies: Iterable[str], *, seed: int, workdir: Path,

@@ -1,17 +1,21 @@
-"""The rollout engine: many workspaces step together, one batched generation per turn.
+"""The rollout engine: many episodes step together, one batched generation per turn.
 
-Each episode gets a fresh copy of its task's workspace on disk; every assistant turn may carry
-several tool calls; malformed calls, unknown tools and bad arguments come back as error
-observations; every episode records why it ended.
+Each episode acts in its own :class:`Environment`: by default a fresh copy of its task's
+workspace on disk with the file tools (:class:`WorkspaceEnvironment`); an external benchmark
+brings its own (BFCL's simulated APIs). Every assistant turn may carry several tool calls;
+malformed calls, unknown tools and bad arguments come back as error observations; a turn
+without calls ends the episode, or hands the agent the environment's next user message; every
+episode records why it ended.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from interlock.agents.backends import ChatBackend, ChatRequest, TaskContext
 from interlock.agents.messages import Message
@@ -19,7 +23,8 @@ from interlock.agents.protocol import parse_turn
 from interlock.agents.trajectory import Trajectory
 from interlock.workspace import (
     TOOL_SPECS,
-    DirectoryStore,
+    ToolCall,
+    ToolResult,
     changed_files,
     execute,
     materialize,
@@ -38,6 +43,8 @@ TOOLS = tuple({"type": "function", "function": spec} for spec in TOOL_SPECS)
 
 @dataclass(frozen=True)
 class RolloutLimits:
+    #: assistant turns per user message: per episode for a workspace task (one request), per user
+    #: turn where the environment hands out several (BFCL's step limit)
     max_turns: int = 24
     max_new_tokens: int = 256  # per assistant turn
     max_calls_per_turn: int = 16
@@ -52,6 +59,49 @@ class RolloutLimits:
                    max_observation_chars=rollouts.max_observation_chars, temperature=generation.temperature)
 
 
+class Environment(Protocol):
+    """What one episode acts in: the engine owns the conversation, the environment its world."""
+
+    tools: tuple[dict, ...]  # OpenAI-style tool dicts, sent with every request
+
+    def opening(self) -> list[Message]:
+        """The first messages: the system prompt and the first user message."""
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        """Run one parsed call; a bad call is an error observation, never an exception."""
+
+    def next_user_message(self) -> Message | None:
+        """The assistant replied without a call: the next user message, or None (the end)."""
+
+    def close(self) -> tuple[dict[str, str | None], list[dict]]:
+        """The episode's final state as the trajectory records it (``final_files``, ``diff``);
+        the environment is released."""
+
+
+class WorkspaceEnvironment:
+    """A task's workspace on disk and the file tools: the synthesized tasks' environment."""
+
+    tools = TOOLS
+
+    def __init__(self, episode: Episode, folder: Path) -> None:
+        self.pack, self.folder = episode.task.pack, folder
+        self.store = materialize(self.pack.files, folder)
+
+    def opening(self) -> list[Message]:
+        return [Message("system", SYSTEM_PROMPT), Message("user", self.pack.request)]
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        return execute(self.store, call)
+
+    def next_user_message(self) -> None:
+        return None  # one request: a turn without calls means the agent stopped acting
+
+    def close(self) -> tuple[dict[str, str | None], list[dict]]:
+        final = {path: self.store.read(path) for path in self.store.files()}
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return changed_files(self.pack.files, final), workspace_diff(self.pack.files, final)
+
+
 @dataclass
 class Episode:
     rollout_id: str
@@ -62,8 +112,11 @@ class Episode:
     attempt: int
     seed: int
     messages: list[Message] = field(default_factory=list)
-    store: DirectoryStore | None = None
+    #: opens the episode's environment in its own scratch folder (a class or any callable)
+    open_environment: Callable[[Episode, Path], Environment] = WorkspaceEnvironment
+    environment: Environment | None = None
     turns: int = 0
+    steps: int = 0  # assistant turns since the last user message
     tool_calls: int = 0
     invalid_calls: int = 0
     prompt_tokens: int = 0
@@ -86,27 +139,28 @@ def run_episodes(episodes: Iterable[Episode], backend: ChatBackend, limits: Roll
             live.append(_start(episode, backend, workdir))
         if not live:
             return
-        requests = [ChatRequest(e.rollout_id, tuple(e.messages), TOOLS, limits.max_new_tokens,
+        requests = [ChatRequest(e.rollout_id, tuple(e.messages), e.environment.tools, limits.max_new_tokens,
                                 limits.temperature, e.seed + e.turns) for e in live]
         for episode, completion in zip(live, backend.complete(requests), strict=True):
             episode.turns += 1
+            episode.steps += 1
             episode.prompt_tokens = max(episode.prompt_tokens, completion.prompt_tokens)
             episode.generated_tokens += completion.completion_tokens
             if completion.finish_reason == "context":
                 episode.finish_reason = "context"
                 continue
             _act(episode, completion.text, limits)
-            if episode.finish_reason is None and episode.turns >= limits.max_turns:
+            if episode.finish_reason is None and episode.steps >= limits.max_turns:
                 episode.finish_reason = "max_turns"
         for episode in [e for e in live if e.finish_reason is not None]:
             live.remove(episode)
-            yield _finish(episode, backend, workdir)
+            yield _finish(episode, backend)
 
 
 def _start(episode: Episode, backend: ChatBackend, workdir: Path) -> Episode:
     episode.started = time.perf_counter()
-    episode.store = materialize(episode.task.pack.files, workdir / episode.rollout_id)
-    episode.messages = [Message("system", SYSTEM_PROMPT), Message("user", episode.task.pack.request)]
+    episode.environment = episode.open_environment(episode, workdir / episode.rollout_id)
+    episode.messages = episode.environment.opening()
     backend.begin(episode.rollout_id, episode.task)
     return episode
 
@@ -123,10 +177,15 @@ def _act(episode: Episode, text: str, limits: RolloutLimits) -> None:
         episode.messages.append(Message("tool", f"error: at most {limits.max_calls_per_turn} tool calls "
                                                 "per turn; the rest were not run", name="invalid"))
     if not calls and not parsed.problems:
-        episode.finish_reason = "no_tool_call"
+        message = episode.environment.next_user_message()
+        if message is None:
+            episode.finish_reason = "no_tool_call"
+        else:
+            episode.messages.append(message)
+            episode.steps = 0
         return
     for call in calls:
-        result = execute(episode.store, call)
+        result = episode.environment.execute(call)
         episode.tool_calls += 1
         episode.invalid_calls += not result.ok
         episode.messages.append(Message("tool", _clip(result.output, limits.max_observation_chars),
@@ -142,14 +201,11 @@ def _clip(text: str, limit: int) -> str:
     return text[:limit] + f"\n[... {len(text) - limit} more characters not shown]"
 
 
-def _finish(episode: Episode, backend: ChatBackend, workdir: Path) -> Trajectory:
+def _finish(episode: Episode, backend: ChatBackend) -> Trajectory:
     backend.end(episode.rollout_id)
-    initial = episode.task.pack.files
-    final = {path: episode.store.read(path) for path in episode.store.files()}
-    shutil.rmtree(workdir / episode.rollout_id, ignore_errors=True)
+    final_files, diff = episode.environment.close()
     return Trajectory(
         episode.rollout_id, episode.task.task_id, episode.domain_id, episode.pool, episode.policy,
         episode.attempt, episode.seed, episode.messages, episode.turns, episode.tool_calls,
         episode.invalid_calls, episode.prompt_tokens, episode.generated_tokens, episode.finish_reason,
-        changed_files(initial, final), workspace_diff(initial, final),
-        seconds=time.perf_counter() - episode.started)
+        final_files, diff, seconds=time.perf_counter() - episode.started)

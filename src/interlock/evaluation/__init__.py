@@ -5,14 +5,18 @@
   benchmarks (AutomationBench-, JobBench-, Harvey-LAB-style, BFCL v4 multi-turn), and the
   built-in benchmark (:class:`AdmittedPool`: admitted tasks of the held-out ``benchmark`` pool, or
   of ``dev``, graded by the agent judge's compiled checks);
+- :mod:`~interlock.evaluation.bfcl`: BFCL v4 ``multi_turn_base`` from the installed ``bfcl-eval``
+  (:class:`BfclMultiTurn`), graded by BFCL's own multi-turn checker;
 - :mod:`~interlock.evaluation.metrics`: per-episode grades (pass, weighted score, criterion pass
   rate, completion gap), per-pool metrics, paired bootstrap intervals over tasks;
 - :mod:`~interlock.evaluation.run`: the ``evaluate`` stage as a library (:func:`run_evaluation`).
 """
 
 from interlock.evaluation.benchmarks import AdmittedPool, Benchmark, RunSettings, rollout_id
+from interlock.evaluation.bfcl import BfclMultiTurn
 from interlock.evaluation.metrics import EpisodeResult, grade_episode, summarize_pool
 from interlock.evaluation.run import Evaluation, Model, checkpoint_models, run_evaluation
 
-__all__ = ["AdmittedPool", "Benchmark", "EpisodeResult", "Evaluation", "Model", "RunSettings",
-           "checkpoint_models", "grade_episode", "rollout_id", "run_evaluation", "summarize_pool"]
+__all__ = ["AdmittedPool", "Benchmark", "BfclMultiTurn", "EpisodeResult", "Evaluation", "Model",
+           "RunSettings", "checkpoint_models", "grade_episode", "rollout_id", "run_evaluation",
+           "summarize_pool"]

@@ -27,9 +27,10 @@ intervals, plots). The contract:
 - ``close()``: release what grading held (sandbox workers, servers).
 
 **Adding an external benchmark** (AutomationBench, JobBench and Harvey LAB are not available
-offline; BFCL v4 multi-turn comes with a later issue): write a class with these methods under
-``interlock.evaluation`` and let the stage build it for its name (``benchmarks_for`` in the stage
-script; ``eval.pools`` then needs the new name among its allowed values in ``config.EvalConfig``).
+offline; BFCL v4 multi-turn is in :mod:`interlock.evaluation.bfcl`): write a class with these
+methods under ``interlock.evaluation`` and let the stage build it for its name (``benchmarks_for``
+in the stage script; ``eval.pools`` then needs the new name among its allowed values in
+``config.EvalConfig``).
 
 - *AutomationBench-style* (a business workflow with an end-state check): ``tasks()`` from its task
   files; ``rollout`` turns each starting state into a workspace and a request and runs them
@@ -42,14 +43,16 @@ script; ``eval.pools`` then needs the new name among its allowed values in ``con
 - *Harvey-LAB-style* (per-criterion grading of a work product): ``criterion_pass_rate`` = passing
   criteria / criteria, ``passed`` = all of them, ``score`` = their weighted share; the grader is
   the benchmark's own checks (a model grader would need its own, documented, backend).
-- *BFCL v4 multi-turn*: ``tasks()`` = BFCL's multi-turn entries (``domain_id`` = its category);
-  ``rollout`` runs the rollout engine's batched loop against BFCL's simulated APIs instead of the
-  file tools (the adapter owns that environment: the tool list sent to the model, and executing
-  each parsed call against the API instances of the episode), recording the same
-  :class:`~interlock.agents.trajectory.Trajectory` (the calls in ``messages``, the final API state
-  in ``final_files`` as JSON); ``grade`` runs BFCL's own multi-turn checker (state and response
-  checks per turn): ``passed`` = every turn passes, ``criterion_pass_rate`` = turns passing / turns,
-  ``score`` = ``criterion_pass_rate``, ``completion_gap`` = None.
+- *BFCL v4 multi-turn* (:class:`~interlock.evaluation.bfcl.BfclMultiTurn`, ``multi_turn_base``
+  read from the installed ``bfcl-eval``): ``tasks()`` = BFCL's entries (``domain_id`` = the API
+  set, e.g. ``GorillaFileSystem+TwitterAPI``); ``rollout`` runs the rollout engine's batched loop
+  with each episode in a :class:`~interlock.evaluation.bfcl.BfclEnvironment` (an
+  :class:`~interlock.agents.rollout.Environment`: BFCL's docs as the tools, BFCL's user turns one
+  by one, each parsed call executed against the episode's simulated API instances), recording the
+  same :class:`~interlock.agents.trajectory.Trajectory` (the calls in ``messages``, the final API
+  state in ``final_files`` as JSON); ``grade`` runs BFCL's own multi-turn checker: ``passed`` =
+  BFCL's verdict, ``criterion_pass_rate`` = ``score`` = the share of turns passing before the
+  first failing one, ``completion_gap`` = None.
 
 **The built-in benchmark** (:class:`AdmittedPool`): the admitted tasks of one pool. ``benchmark``
 holds only held-out domains, which never enter the synthesis pools, the demonstrations or RFT;

@@ -1,0 +1,394 @@
+"""BFCL v4 multi-turn (``multi_turn_base``) as a transfer benchmark, read from the installed
+``bfcl-eval`` package (never copied into the repository).
+
+- **Tasks**: BFCL's ``multi_turn_base`` entries in its id order (``limit``: the first N), each
+  with its ground truth and the function docs of its API classes; a task's domain is its API set
+  (``GorillaFileSystem+TwitterAPI``), so the per-domain picture groups by API set.
+- **Episodes** run through the project's rollout engine and tool-call protocol in a
+  :class:`BfclEnvironment`: BFCL's docs are the tools, each BFCL user turn is a user message (the
+  next one comes when the assistant replies without a call; the episode ends after the last), and
+  every call runs against the episode's own instances of BFCL's simulated APIs through BFCL's
+  ``execute_multi_turn_func_call``. At most BFCL's 20 steps per user turn (the engine's
+  ``max_turns`` per user message); a prompt that outgrows the context window ends the episode
+  (``finish_reason="context"``).
+- **Grading** is BFCL's own ``multi_turn_checker`` on the calls of each step, rebuilt from the
+  trajectory's messages (user messages separate the turns). ``passed`` is BFCL's verdict: every
+  turn's API state and execution results match the ground truth's, and every turn was answered
+  within the context window (BFCL fails force-terminated and errored entries outright).
+  ``criterion_pass_rate`` = ``score`` = the share of ground-truth turns passing *before the first
+  failing one*: the checker stops at the first failure, so each prefix of turns is checked on its
+  own; turns after a failure are not credited (no re-implemented per-turn check).
+
+bfcl-eval is installed without its declared dependencies (``pip install --no-deps``): only the
+multi-turn checker and the simulated APIs are imported (the standard library plus mpmath). Its
+loaders are not: ``bfcl_eval.utils`` needs filelock and ``constants.eval_config`` creates folders
+in site-packages on import, so the data files are read here. BFCL evaluates call strings with
+``eval``: a call runs only when its name is one of the task's functions and its argument names
+are identifiers, and values are written as Python literals (``repr`` of JSON values).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import importlib
+import inspect
+import itertools
+import json
+import keyword
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata, resources
+from pathlib import Path
+from types import SimpleNamespace
+
+from interlock.agents.backends import ChatBackend, ChatRequest, Completion, TaskContext
+from interlock.agents.messages import Message
+from interlock.agents.protocol import render_turn
+from interlock.agents.rollout import Episode
+from interlock.agents.trajectory import Trajectory
+from interlock.errors import InterlockError
+from interlock.evaluation.benchmarks import RunSettings, rollout_id
+from interlock.evaluation.metrics import EpisodeResult
+from interlock.io import dumps
+from interlock.rollouts import episode_seed, run_rollouts
+from interlock.workspace import ToolCall, ToolResult
+
+CATEGORY = "multi_turn_base"
+VERSION = "2026.3.23"  # the bfcl-eval release the adapter was written against (the Makefile installs it)
+INSTALL = f"pip install --no-deps bfcl-eval=={VERSION}"
+STEP_LIMIT = 20  # BFCL's MAXIMUM_STEP_LIMIT: model steps per user turn
+JUDGE = "bfcl"  # the verdicts' judge column
+SYSTEM_PROMPT = (
+    "You are an assistant that acts only through the functions listed below, on a simulated system. "
+    "For each user request, call the functions it needs, reading each result before the next call; "
+    "when the request is done (or cannot be done), reply without a tool call and the next request "
+    "follows. Write each tool call as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>; "
+    "several calls may follow each other in one turn. The functions are in Python 3 syntax."
+)
+#: BFCL's type names that JSON Schema spells otherwise (BFCL's own OpenAI conversion maps them so)
+_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string"}
+_EXECUTION_ERROR = "Error during execution:"  # how BFCL reports a call that raised
+_names = itertools.count()
+
+
+# ----------------------------------------------------------------------------- the package
+
+@cache
+def _bfcl() -> SimpleNamespace:
+    """BFCL's multi-turn checker, its executor and the class -> module/doc maps, imported once."""
+    try:
+        from bfcl_eval.constants import executable_backend_config as config
+        from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker, multi_turn_utils
+    except ImportError as exc:
+        raise InterlockError(f"the BFCL benchmark needs the bfcl-eval package, which is not importable "
+                             f"({exc}); install it with `.venv/bin/python -m {INSTALL}` "
+                             "(`make venv` does)") from exc
+    return SimpleNamespace(checker=multi_turn_checker.multi_turn_checker, utils=multi_turn_utils,
+                           modules=config.CLASS_FILE_PATH_MAPPING,
+                           docs=config.MULTI_TURN_FUNC_DOC_FILE_MAPPING,
+                           data=resources.files("bfcl_eval") / "data", version=metadata.version("bfcl-eval"))
+
+
+def _unique_name(kind: str) -> str:
+    """A model name for BFCL's instance cache, unique in this process (BFCL keys its module-global
+    API instances by model name and entry id)."""
+    return f"interlock_{kind}_{next(_names)}"
+
+
+def _forget(model_name: str) -> None:
+    """Drop the API instances BFCL cached in its module globals under ``model_name``."""
+    namespace = vars(_bfcl().utils)
+    for key in [k for k in namespace if k.startswith(model_name + "_")]:
+        del namespace[key]
+
+
+def _jsonl(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# ----------------------------------------------------------------------------- tasks and tools
+
+@dataclass(frozen=True)
+class BfclTask:
+    """One BFCL entry: ``entry`` as BFCL's checker takes it (id, question, initial_config,
+    involved_classes), the ground-truth call strings per turn, and the function docs."""
+
+    entry: dict
+    ground_truth: list[list[str]]
+    docs: list[dict]
+
+    @property
+    def task_id(self) -> str:
+        return self.entry["id"]
+
+    @property
+    def domain_id(self) -> str:
+        return "+".join(sorted(self.entry["involved_classes"]))
+
+    @property
+    def user_turns(self) -> list[str]:
+        return [turn[0]["content"] for turn in self.entry["question"]]
+
+    @property
+    def functions(self) -> frozenset[str]:
+        return frozenset(doc["name"] for doc in self.docs)
+
+
+def load_tasks(limit: int | None = None) -> list[BfclTask]:
+    """BFCL's ``multi_turn_base`` tasks in its id order: the first ``limit``, or all."""
+    bfcl = _bfcl()
+    file = f"BFCL_v4_{CATEGORY}.json"
+    entries = sorted(_jsonl(bfcl.data / file), key=lambda e: int(e["id"].rsplit("_", 1)[1]))
+    answers = {a["id"]: a["ground_truth"] for a in _jsonl(bfcl.data / "possible_answer" / file)}
+    docs = {cls: _jsonl(bfcl.data / "multi_turn_func_doc" / name) for cls, name in bfcl.docs.items()}
+    tasks = []
+    for entry in entries if limit is None else entries[:limit]:
+        where = {"file": f"bfcl_eval/data/{file}", "item": entry["id"]}
+        truth = answers.get(entry["id"])
+        if truth is None or len(truth) != len(entry["question"]):
+            raise InterlockError("no ground truth with one list of calls per turn", **where)
+        if any(len(turn) != 1 or turn[0]["role"] != "user" for turn in entry["question"]):
+            raise InterlockError("a turn that is not one user message", **where)
+        tasks.append(BfclTask(entry, truth, [doc for cls in entry["involved_classes"] for doc in docs[cls]]))
+    return tasks
+
+
+def bfcl_tool(doc: dict) -> dict:
+    """A BFCL function doc as the OpenAI-style tool dict the chat template renders: BFCL's type
+    names mapped to JSON Schema's, floats flagged in their description (as BFCL's own OpenAI
+    conversion does: "number" alone would lose them), the ``response`` schema dropped (tokens)."""
+    return {"type": "function", "function": {"name": doc["name"], "description": doc["description"],
+                                             "parameters": _schema(doc["parameters"])}}
+
+
+def _schema(node: dict) -> dict:
+    node = dict(node)
+    if node.get("type") == "float" and "description" in node:
+        node["description"] += " This is a float type value."
+    node["type"] = _TYPES.get(node.get("type"), node.get("type", "string"))
+    if isinstance(node.get("properties"), dict):
+        node["properties"] = {name: _schema(value) for name, value in node["properties"].items()}
+    if isinstance(node.get("items"), dict):
+        node["items"] = _schema(node["items"])
+    return node
+
+
+def call_string(call: ToolCall, functions: frozenset[str]) -> str:
+    """A parsed call as the string BFCL executes, ``name(arg=value, ...)``; ValueError (the
+    reason) for a call that must not reach BFCL's ``eval``."""
+    if call.name not in functions:
+        raise ValueError(f"unknown function {call.name!r}; the functions are {', '.join(sorted(functions))}")
+    bad = [name for name in call.arguments if not name.isidentifier() or keyword.iskeyword(name)]
+    if bad:
+        raise ValueError(f"{call.name}: {bad[0]!r} is not an argument name")
+    return f"{call.name}({', '.join(f'{name}={value!r}' for name, value in call.arguments.items())})"
+
+
+def decoded_turns(messages: Sequence[Message], functions: frozenset[str]) -> list[list[list[str]]]:
+    """The calls of each step per user turn, as BFCL's checker takes them: a user message opens a
+    turn, each assistant message with calls is a step. Refused calls never ran and are left out,
+    and so are steps left without calls (BFCL's decoder drops empty steps too)."""
+    turns: list[list[list[str]]] = []
+    for message in messages:
+        if message.role == "user":
+            turns.append([])
+        elif message.role == "assistant" and turns:
+            step = []
+            for call in message.tool_calls:
+                try:
+                    step.append(call_string(call, functions))
+                except ValueError:
+                    continue
+            if step:
+                turns[-1].append(step)
+    return turns
+
+
+# ----------------------------------------------------------------------------- the environment
+
+class BfclEnvironment:
+    """One episode on its own instances of BFCL's simulated APIs (see :class:`Environment
+    <interlock.agents.rollout.Environment>`); ``episode.task.pack`` is the :class:`BfclTask`."""
+
+    def __init__(self, episode: Episode, folder: Path) -> None:
+        self.task: BfclTask = episode.task.pack
+        self.tools = tuple(bfcl_tool(doc) for doc in self.task.docs)
+        self.model_name = _unique_name("episode")
+        self.turn = 0
+        self.instances = self._run([])[1]
+        self.initial = api_state(self.instances)
+
+    def _run(self, calls: list[str]) -> tuple[list[str], dict]:
+        entry = self.task.entry
+        return _bfcl().utils.execute_multi_turn_func_call(
+            calls, entry["initial_config"], entry["involved_classes"], self.model_name, entry["id"])
+
+    def opening(self) -> list[Message]:
+        return [Message("system", SYSTEM_PROMPT), Message("user", self.task.user_turns[0])]
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        try:
+            text = call_string(call, self.task.functions)
+        except ValueError as exc:
+            return ToolResult(False, f"error: {exc}")
+        [output], self.instances = self._run([text])
+        return ToolResult(not output.startswith(_EXECUTION_ERROR), output)
+
+    def next_user_message(self) -> Message | None:
+        self.turn += 1
+        turns = self.task.user_turns
+        return Message("user", turns[self.turn]) if self.turn < len(turns) else None
+
+    def close(self) -> tuple[dict[str, str | None], list[dict]]:
+        """Each API's final public state as JSON, and its attributes that changed."""
+        final = api_state(self.instances)
+        _forget(self.model_name)
+        diff = [{"file": api, "record": name, "before": self.initial[api].get(name), "after": value}
+                for api, state in final.items() for name, value in state.items()
+                if self.initial[api].get(name) != value]
+        return {api: dumps(state) for api, state in final.items()}, diff
+
+
+def api_state(instances: dict) -> dict[str, dict]:
+    """The public attributes of each API instance (what BFCL's state checker compares), as JSON
+    data; an attribute that points back to an enclosing object (a directory's parent) is left out."""
+    return {api: _plain(instance, ()) for api, instance in sorted(instances.items())}
+
+
+def _plain(value: object, enclosing: tuple[int, ...]) -> object:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    inner = (*enclosing, id(value))
+    if isinstance(value, dict):
+        return {str(k): _plain(v, inner) for k, v in value.items() if id(v) not in inner}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, inner) for v in value if id(v) not in inner]
+    if isinstance(value, (set, frozenset)):
+        return sorted((_plain(v, inner) for v in value), key=repr)
+    if hasattr(value, "__dict__"):
+        return {k: _plain(v, inner) for k, v in vars(value).items()
+                if not k.startswith("_") and id(v) not in inner}
+    return str(value)
+
+
+# ----------------------------------------------------------------------------- the benchmark
+
+class BfclMultiTurn:
+    """The :class:`~interlock.evaluation.benchmarks.Benchmark` over BFCL v4 ``multi_turn_base``."""
+
+    def __init__(self, name: str = "bfcl", limit: int | None = None) -> None:
+        self.name = name
+        self.bfcl_tasks = load_tasks(limit)
+        self._by_id = {task.task_id: task for task in self.bfcl_tasks}
+
+    def tasks(self) -> list[tuple[str, str]]:
+        return [(task.task_id, task.domain_id) for task in self.bfcl_tasks]
+
+    def identity(self) -> dict:
+        digest = hashlib.sha256(dumps([SYSTEM_PROMPT, STEP_LIMIT]).encode())
+        for task in self.bfcl_tasks:
+            digest.update(dumps([task.entry, task.ground_truth, task.docs]).encode())
+        return {"benchmark": f"bfcl/{CATEGORY}", "bfcl_eval": _bfcl().version, "tasks": len(self.bfcl_tasks),
+                "digest": digest.hexdigest()}
+
+    def rollout(self, model: str, policy: str, backend: ChatBackend, settings: RunSettings, *,
+                out: Path, timings: Path, work: Path) -> None:
+        episodes = (Episode(rollout_id(model, task.task_id, attempt), TaskContext(task.task_id, task),
+                            task.domain_id, self.name, policy, attempt,
+                            episode_seed(settings.seed, task.task_id, attempt),
+                            open_environment=BfclEnvironment)
+                    for task in self.bfcl_tasks for attempt in range(settings.attempts))
+        limits = dataclasses.replace(settings.limits, max_turns=STEP_LIMIT)
+        run_rollouts(episodes, backend, limits, total=len(self.bfcl_tasks) * settings.attempts, out=out,
+                     timings=timings, work=work, run_id="parts", batch_size=settings.batch_size)
+
+    def grade(self, trajectories: Sequence[Trajectory]) -> list[EpisodeResult]:
+        return [self._grade(trajectory) for trajectory in trajectories]
+
+    def _grade(self, trajectory: Trajectory) -> EpisodeResult:
+        task = self._by_id.get(trajectory.task_id)
+        if task is None:
+            raise InterlockError(f"a trajectory of a task outside benchmark {self.name!r}",
+                                 item=trajectory.rollout_id)
+        truth = task.ground_truth
+        turns = decoded_turns(trajectory.messages, task.functions)
+        answered = len(turns) == len(truth) and trajectory.finish_reason != "context"
+        turns += [[] for _ in range(len(truth) - len(turns))]
+        full = _check(task, turns, truth)
+        # the checker stops at the first failing turn: the longest passing prefix locates it
+        passing = len(truth) if full["valid"] else next(
+            (k - 1 for k in range(1, len(truth)) if not _check(task, turns[:k], truth[:k])["valid"]),
+            len(truth) - 1)
+        failure = "" if full["valid"] else f"{full.get('error_type')}: {full.get('error_message')}"
+        verdicts = [{"rollout_id": trajectory.rollout_id, "task_id": task.task_id, "judge": JUDGE,
+                     "criterion_id": f"turn-{i}", "passed": i < passing,
+                     "evidence": "" if i < passing else failure if i == passing else
+                     "not checked: BFCL's checker stops at the first failing turn"}
+                    for i in range(len(truth))]
+        share = passing / len(truth)
+        return EpisodeResult.of(trajectory, passed=answered and full["valid"], score=share,
+                                criterion_pass_rate=share, criteria=len(truth), verdicts=verdicts)
+
+    def close(self) -> None:
+        """Nothing is held between gradings (every check drops its API instances)."""
+
+
+def _check(task: BfclTask, turns: list[list[list[str]]], truth: list[list[str]]) -> dict:
+    """BFCL's multi-turn checker under a model name of its own, whose instances are dropped after."""
+    name = _unique_name("check")
+    try:
+        return _bfcl().checker(turns, truth, task.entry, CATEGORY, name)
+    finally:
+        _forget(name)
+
+
+# ----------------------------------------------------------------------------- the control
+
+def ground_truth_calls(task: BfclTask) -> list[list[ToolCall]]:
+    """BFCL's ground-truth call strings as parsed tool calls (positional arguments named by the
+    simulated API's method signature)."""
+    bfcl = _bfcl()
+    methods = {}
+    for cls_name in task.entry["involved_classes"]:
+        cls = getattr(importlib.import_module(bfcl.modules[cls_name]), cls_name)
+        methods.update({name: fn for name, fn in inspect.getmembers(cls, inspect.isfunction)
+                        if not name.startswith("_")})
+    turns = []
+    for turn in task.ground_truth:
+        calls = []
+        for text in turn:
+            node = ast.parse(text, mode="eval").body
+            params = [p for p in inspect.signature(methods[node.func.id]).parameters if p != "self"]
+            arguments = {params[i]: ast.literal_eval(arg) for i, arg in enumerate(node.args)}
+            arguments.update({kw.arg: ast.literal_eval(kw.value) for kw in node.keywords})
+            calls.append(ToolCall(node.func.id, arguments))
+        turns.append(calls)
+    return turns
+
+
+class GroundTruthBackend:
+    """Replays BFCL's ground truth through the chat interface: each user turn's calls in one step,
+    then a reply without calls (the turn is done). A control: the adapter must grade it all passed."""
+
+    name = "bfcl-ground-truth"
+
+    def __init__(self) -> None:
+        self.plans: dict[str, list[list[ToolCall]]] = {}
+
+    def begin(self, key: str, task: TaskContext) -> None:
+        self.plans[key] = ground_truth_calls(task.pack)
+
+    def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+        completions = []
+        for request in requests:
+            users = [i for i, m in enumerate(request.messages) if m.role == "user"]
+            first_step = not any(m.role == "assistant" for m in request.messages[users[-1]:])
+            calls = self.plans[request.key][len(users) - 1] if first_step else []
+            completions.append(Completion(render_turn("" if calls else "Done.", calls)))
+        return completions
+
+    def end(self, key: str) -> None:
+        self.plans.pop(key, None)
