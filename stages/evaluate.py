@@ -1,11 +1,13 @@
 """Stage `evaluate`: transfer evaluation of every model in `eval.models` on the `eval.pools`.
 
 Each checkpoint under data/models/ (the original, the demonstration SFT, RFT) is rolled out
-`scale.evaluation.attempts` times on every admitted task of each pool (`benchmark`: held-out
-domains only; `dev`), with the rollout limits of `scale.rollouts` and the backbone's generation
-settings; the agent judge's compiled checks grade every episode. Writes data/evaluation/
-(trajectories, per-episode results, verdicts; deterministic), data/evaluation_timings.parquet
-(measured seconds), metrics/evaluate.json (per pool: metrics per model with bootstrap intervals,
+`scale.evaluation.attempts` times on every task of each pool, with the rollout limits of
+`scale.rollouts` and the backbone's generation settings: the admitted tasks of `benchmark`
+(held-out domains only) or `dev`, graded by the agent judge's compiled checks, and `bfcl`, the
+first `scale.evaluation.bfcl_tasks` of BFCL v4 multi_turn_base, graded by BFCL's own checker
+(interlock.evaluation.bfcl). Writes data/evaluation/ (trajectories, per-episode results,
+verdicts; deterministic), data/evaluation_timings.parquet (measured seconds),
+metrics/evaluate.json (per pool: metrics per model with bootstrap intervals, finish reasons,
 deltas against the first model with paired intervals) and the plots under metrics/plots/.
 """
 
@@ -16,7 +18,14 @@ from common import run_stage
 from interlock.agents.rollout import RolloutLimits
 from interlock.artifacts import Artifacts
 from interlock.config import Params
-from interlock.evaluation import AdmittedPool, RunSettings, checkpoint_models, run_evaluation
+from interlock.evaluation import (
+    AdmittedPool,
+    Benchmark,
+    BfclMultiTurn,
+    RunSettings,
+    checkpoint_models,
+    run_evaluation,
+)
 from interlock.io import write_json, write_tsv
 from interlock.pipeline import load_domains
 from interlock.tracking import StageReport
@@ -24,11 +33,18 @@ from interlock.tracking import StageReport
 PLOTS = Path("metrics/plots")
 
 
+def benchmarks_for(params: Params, data: Artifacts) -> list[Benchmark]:
+    """One benchmark per name in `eval.pools`, in that order: BFCL's adapter for `bfcl`, else the
+    admitted tasks of the built-in pool of that name."""
+    catalog = load_domains(data.domains)
+    return [BfclMultiTurn(pool, limit=params.scale.evaluation.bfcl_tasks) if pool == "bfcl"
+            else AdmittedPool.from_artifacts(data, catalog, pool) for pool in params.eval.pools]
+
+
 def main(params: Params, data: Artifacts) -> StageReport:
     backbone, rollouts = params.backbone, params.scale.rollouts
     models = checkpoint_models(params.eval.models, data.root / "models", backbone)
-    catalog = load_domains(data.domains)
-    benchmarks = [AdmittedPool.from_artifacts(data, catalog, pool) for pool in params.eval.pools]
+    benchmarks = benchmarks_for(params, data)
     settings = RunSettings(
         attempts=params.scale.evaluation.attempts, seed=params.seed, batch_size=rollouts.batch_size,
         limits=RolloutLimits.of(rollouts, backbone.generation))

@@ -23,6 +23,8 @@ BIN = Path(sys.executable).parent
 #: what W&B and DVC may inherit from the caller's environment that would send the smoke run's
 #: tracking or experiment names elsewhere
 ISOLATED = ("WANDB_MODE", "WANDB_DIR", "WANDB_DISABLED", "DVC_ROOT", "DVC_EXP_NAME", "DVC_STAGE")
+#: the smoke run's evaluation pools: the default's benchmark and the opt-in BFCL pool
+SMOKE_POOLS = "eval.pools=[benchmark,bfcl]"
 
 
 @pytest.fixture(scope="session")
@@ -72,7 +74,8 @@ def run(args: list[str], cwd: Path, *, stdout_only: bool = False, check: bool = 
 @pytest.fixture(scope="session")
 def smoke_repo(tmp_path_factory) -> Path:
     """A copy of the repository's tracked files at the smoke scale, after one `dvc repro`: the
-    pipeline runs once per test session and every test that needs its artifacts shares it."""
+    pipeline runs once per test session and every test that needs its artifacts shares it. Its
+    evaluation adds the opt-in BFCL pool, so the adapter runs end to end, BFCL's checker included."""
     root = tmp_path_factory.mktemp("smoke") / "repo"
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
                             capture_output=True, text=True, check=True).stdout.split()
@@ -80,7 +83,7 @@ def smoke_repo(tmp_path_factory) -> Path:
         if (REPO / name).is_file() and not name.startswith(("data/", "metrics/")) and name != "dvc.lock":
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, root / name)
-    write_params(root / "conf", root / "params.yaml", ["scale=smoke"])
+    write_params(root / "conf", root / "params.yaml", ["scale=smoke", SMOKE_POOLS])
     run(["git", "init", "-q"], root)
     run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"], root)
     run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "smoke"], root)

@@ -43,11 +43,15 @@ def swept(smoke_repo, tmp_path_factory) -> Iterator[Path]:
     _run([*GIT, "commit", "-qm", "the smoke run"], repo)
     # `dvc exp run -S` composes conf/ from its defaults plus the overrides: the scale is one of them.
     # The breadth sweep uses the text judge: the agent judge accepts the smoke scale's noisy
-    # solver in only 3 of its 4 domains, too few for d4 (an error that says so; see test_sampling)
-    for sweep, group in (("domains=d2,d4", "breadth"), ("judge=agent,text", "judge")):
-        judge = ["-S", "judge=text"] if group == "breadth" else []
-        _dvc(repo, "exp", "run", "--queue", "-S", "scale=smoke", "-S", sweep, *judge,
-             "-S", f"tracking.group={group}")
+    # solver in only 3 of its 4 domains, too few for d4 (an error that says so; see test_sampling).
+    # The judge sweep holds the trajectory count with a breadth, as the README's command does: 2
+    # trajectories from 2 domains (the agent judge's first two domains hold 3 accepted at the smoke
+    # scale).
+    sweeps = (("domains=d2,d4", ("judge=text",), "breadth"),
+              ("judge=agent,text", ("domains=d2", "scale.breadth_trajectories=2"), "judge"))
+    for sweep, fixed, group in sweeps:
+        _dvc(repo, "exp", "run", "--queue", "-S", "scale=smoke", "-S", sweep,
+             *(arg for setting in fixed for arg in ("-S", setting)), "-S", f"tracking.group={group}")
     # the worker it starts lives on after the command: give it no pipe to hold open
     subprocess.run([str(BIN / "dvc"), "queue", "start"], cwd=repo, env=user_env(), stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, timeout=120, check=True)
@@ -67,8 +71,8 @@ def test_a_breadth_sweep_holds_the_trajectory_count_and_reruns_only_what_follows
     assert {e.breadth: e.metrics["sample"]["domains"] for e in experiments} == {2: 2, 4: 4}
     for experiment in experiments:
         log = _dvc(swept, "queue", "logs", experiment.name)
-        ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")}
         # accept too where the judge differs from the baseline's (once: then DVC's run cache has it)
+        ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")}
         assert {"sample", "train", "evaluate"} <= ran <= {"accept", "sample", "train", "evaluate"}, log
 
 
@@ -76,10 +80,29 @@ def test_a_judge_sweep_trains_each_judges_accepted_set(swept) -> None:
     experiments = {e.judge: e for e in read_experiments(swept, "judge")}
     assert set(experiments) == {"agent", "text"}
     accepted = {judge: e.metrics["accept"]["accepted"] for judge, e in experiments.items()}
-    trained = {judge: e.metrics["train"]["examples"] for judge, e in experiments.items()}
-    assert trained == accepted  # domains=all: each trains on its own judge's accepted set
     # the credulous text judge accepts what the executable agent judge rejects
     assert accepted["text"] > accepted["agent"]
+    # matched settings: each judge's accepted set sampled to the same count, trained alike
+    sampled = {judge: e.metrics["sample"]["trajectories"] for judge, e in experiments.items()}
+    assert sampled["agent"] == sampled["text"] == experiments["agent"].params["scale"]["breadth_trajectories"]
+    for key in ("examples", "steps", "seeds"):
+        assert experiments["agent"].metrics["train"][key] == experiments["text"].metrics["train"][key], key
+
+
+def test_every_run_of_a_sweep_shares_its_wandb_group(swept) -> None:
+    """W&B compares a sweep through its group: each experiment's stage runs, written offline from
+    DVC's temporary workspaces into the repository's wandb/ folder, carry the sweep's group and the
+    experiment's name."""
+    from interlock.tracking import read_offline_run
+
+    runs = [read_offline_run(folder) for folder in sorted((swept / "wandb").glob("offline-run-*"))]
+    for group in ("breadth", "judge"):
+        for experiment in read_experiments(swept, group):
+            own = [run for run in runs if run["name"].startswith(f"{experiment.name}-")]
+            assert {"sample", "train", "evaluate"} <= {run["job_type"] for run in own}, experiment.name
+            assert {run["group"] for run in own} == {group}
+            assert {run["name"] for run in own} == {f"{experiment.name}-{run['job_type']}" for run in own}
+            assert all(run["config"]["tracking"]["group"] == group for run in own)
 
 
 def test_collect_writes_one_comparison_table_and_both_pictures(swept, tmp_path) -> None:

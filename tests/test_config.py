@@ -216,3 +216,49 @@ def test_no_stage_depends_on_tracking() -> None:
 def test_the_default_evaluation_compares_original_demonstration_and_rft() -> None:
     evaluation = Params.model_validate(compose_config()).eval
     assert evaluation.models == ["base", "demo_sft", "rft"] and evaluation.pools == ["benchmark"]
+
+
+@pytest.mark.parametrize(("overrides", "seeds"), [
+    ([], 2), (["train=lora"], 2), (["scale=smoke"], 3), (["scale=paper"], 3),
+    (["train.seeds=3"], 3), (["train.seeds=5", "scale=default"], 5)])
+def test_the_default_scale_trains_two_seeds_and_a_command_line_count_wins(overrides, seeds) -> None:
+    """`train.seeds` is 3 by default; the default scale sets 2 to fit its 30-minute budget."""
+    cfg = compose_config(overrides)
+    assert cfg["train"]["seeds"] == seeds
+    assert Params.model_validate(cfg).train.seeds == seeds
+
+
+#: the README's command that adds the BFCL pool (one experiment: a list value, not a sweep)
+BFCL_ON = "eval.pools=[benchmark,bfcl]"
+
+
+@pytest.mark.parametrize(("scale", "tasks"), [("smoke", 2), ("default", 4), ("paper", None)])
+def test_each_scale_sizes_the_bfcl_pool(scale: str, tasks: int | None) -> None:
+    """`scale.evaluation.bfcl_tasks`: the first N of BFCL's tasks in id order (null: all 200)."""
+    assert Params.model_validate(compose_config([f"scale={scale}"])).scale.evaluation.bfcl_tasks == tasks
+
+
+def test_only_evaluate_reads_the_bfcl_pool_size() -> None:
+    """Resizing the BFCL pool re-runs the evaluation and nothing else."""
+    key = "scale.evaluation.bfcl_tasks"
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    readers = {name for name, stage in stages.items()
+               if any(key == p or key.startswith(f"{p}.") for p in map(str, stage.get("params", [])))}
+    assert readers == {"evaluate"}
+
+
+def test_bfcl_is_an_opt_in_pool_and_the_readme_command_turns_it_on(tmp_path: Path) -> None:
+    """`bfcl` is an allowed pool but not a default one (the default run's budget is measured
+    without it); the README's `-S` composes, through DVC's own Hydra composition, to one
+    experiment with both pools."""
+    from dvc.utils.hydra import compose_and_dump, to_hydra_overrides
+
+    assert Params.model_validate(compose_config()).eval.pools == ["benchmark"]
+    assert f"dvc exp run -S '{BFCL_ON}'" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert not any(o.is_sweep_override() for o in to_hydra_overrides([BFCL_ON]))
+    compose_and_dump(tmp_path / "params.yaml", str(CONF), None, "config", str(ROOT), [BFCL_ON])
+    params = load_params(tmp_path / "params.yaml")
+    assert params.eval.pools == ["benchmark", "bfcl"] and params.scale.evaluation.bfcl_tasks == 4
+    refused = compose_config(["eval.pools=[benchmark,nope]"])
+    with pytest.raises(ValueError, match="bfcl"):
+        Params.model_validate(refused)

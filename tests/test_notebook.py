@@ -50,9 +50,14 @@ def test_the_results_notebook_runs_on_the_pipelines_artifacts(smoke_repo, venv_k
 
     # the comparison table: a row per evaluated model, with the metrics and their deltas
     table = "".join(o.get("data", {}).get("text/html", "") for o in _outputs(cells["comparison-table"]))
-    for model in load_params(smoke_repo / "params.yaml").eval.models:
+    evaluation = load_params(smoke_repo / "params.yaml").eval
+    for model in evaluation.models:
         assert f"<th>{model}</th>" in table
-    for column in ("task pass rate", "completion-gap rate", "Δ task pass rate vs base", "ref"):
+    assert "bfcl" in evaluation.pools  # the smoke run's BFCL pool, beside the benchmark
+    for pool in evaluation.pools:
+        assert f">{pool}</th>" in table
+    for column in ("task pass rate", "completion-gap rate", "Δ task pass rate vs base", "ref",
+                   "context failures"):
         assert column in table
 
     # figures: the bars, the two per-domain plots, the completion graph, the training curves

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from conftest import BIN
 from conftest import run as _run
 
 from interlock import schemas
+from interlock.agents.trajectory import Trajectory
 from interlock.errors import InterlockError
 from interlock.io import read_rows
 from interlock.pipeline import run_graphs
@@ -172,3 +174,119 @@ def test_artifacts_round_trip_through_a_dvc_remote(smoke_repo, tmp_path):
     _run([str(BIN / "dvc"), "pull"], clone)
     assert _snapshot(clone / "data") == before
     assert "up to date" in _run([str(BIN / "dvc"), "status"], clone)
+
+
+# ----------------------------------------------------------------------------- the BFCL pool
+
+def test_the_smoke_run_evaluates_the_bfcl_pool_and_tracks_it(smoke_repo):
+    """The opt-in BFCL pool runs end to end at the smoke scale: its first tasks, every model (each
+    RFT seed), graded by BFCL's checker, summarized with intervals, plotted and logged to W&B."""
+    from interlock.config import load_params
+    from interlock.evaluation.bfcl import load_tasks
+    from interlock.report import read_plot
+    from interlock.tracking import read_offline_run
+
+    params = load_params(smoke_repo / "params.yaml")
+    size = params.scale.evaluation.bfcl_tasks
+    assert "bfcl" in params.eval.pools and size == 2
+    pool = json.loads((smoke_repo / "metrics" / "evaluate.json").read_text())["pools"]["bfcl"]
+    assert pool["tasks"] == size
+    for model in params.eval.models:
+        entry = pool["models"][model]
+        assert entry["episodes"] == size * params.scale.evaluation.attempts * entry["seeds"]
+        assert sum(entry["finish_reasons"].values()) == entry["episodes"]
+        assert {"pass_rate", "score", "criterion_pass_rate", "mean_turns"} <= set(entry)
+        assert not {"primary_pass_rate", "completion_gap_rate"} & set(entry)  # no such notion in BFCL
+        assert entry["pass_rate"]["low"] <= entry["pass_rate"]["value"] <= entry["pass_rate"]["high"]
+    assert set(pool["deltas"]) == set(params.eval.models[1:])
+    results = read_rows(smoke_repo / "data" / "evaluation" / "results.parquet", schemas.EVAL_RESULTS)
+    ids = [task.task_id for task in load_tasks(size)]
+    assert sorted({r["task_id"] for r in results if r["pool"] == "bfcl"}) == sorted(ids)
+    verdicts = read_rows(smoke_repo / "data" / "evaluation" / "verdicts.parquet", schemas.VERDICTS)
+    assert {v["judge"] for v in verdicts if v["task_id"] in ids} == {"bfcl"}
+    for plot in ("evaluate_models", "evaluate_domains"):
+        assert "bfcl" in set(read_plot(smoke_repo / "metrics" / "plots" / f"{plot}.tsv")["pool"])
+
+    runs = [read_offline_run(folder) for folder in sorted((smoke_repo / "wandb").glob("offline-run-*"))]
+    evaluate = next(run for run in runs if run["job_type"] == "evaluate")
+    assert evaluate["summary"]["pools/bfcl/tasks"] == size
+    rows = [row for row in evaluate["tables"]["per_benchmark"] if row["pool"] == "bfcl"]
+    assert [row["model"] for row in rows] == params.eval.models
+    for row in rows:
+        entry = pool["models"][row["model"]]
+        assert evaluate["summary"][f"pools/bfcl/models/{row['model']}/episodes"] == entry["episodes"]
+        assert row["context_failures"] == entry["finish_reasons"].get("context", 0)
+
+
+def _strings(value) -> list[str]:
+    """Every string in a nested structure (keys too), e.g. a decoded trajectory row."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _trajectory_texts(path: Path) -> tuple[str, set[str]]:
+    """A trajectories table's text (every string of every row, the JSON columns decoded), and the
+    names of the tools its messages call or answer."""
+    texts, names = [], set()
+    for row in read_rows(path, schemas.TRAJECTORIES):
+        trajectory = Trajectory.from_row(row, str(path))
+        messages = [m.to_dict() for m in trajectory.messages]
+        texts += _strings([row, messages, trajectory.final_files, trajectory.diff])
+        names |= {c.name for m in trajectory.messages for c in m.tool_calls}
+        names |= {m.name for m in trajectory.messages if m.name}
+    return "\n".join(texts), names
+
+
+def test_no_bfcl_task_text_reaches_a_training_artifact(smoke_repo):
+    """BFCL is evaluation only: no user turn of BFCL's tasks (the smoke run's and all 200) and no
+    BFCL function name is in the demonstrations, the rollouts, the accepted trajectories or the
+    training set, and each fine-tuned checkpoint's training record hashes exactly the table it
+    was trained from (so it holds nothing else)."""
+    from transformers import AutoTokenizer
+
+    from interlock.artifacts import Artifacts
+    from interlock.config import load_params
+    from interlock.evaluation.bfcl import load_tasks
+    from interlock.models.checkpoint import seed_checkpoints
+    from interlock.training.examples import encode_trajectories, read_trajectories
+    from interlock.training.trainer import read_training
+    from interlock.workspace import TOOL_SPECS
+
+    params = load_params(smoke_repo / "params.yaml")
+    data = Artifacts(smoke_repo / params.data_dir)
+    tasks = load_tasks()
+    smoke_ids = {task.task_id for task in load_tasks(params.scale.evaluation.bfcl_tasks)}
+    turns = {turn for task in tasks for turn in task.user_turns}
+    assert {turn for task in tasks if task.task_id in smoke_ids for turn in task.user_turns} <= turns
+    functions = {name for task in tasks for name in task.functions} - {spec["name"] for spec in TOOL_SPECS}
+    # names that read as identifiers (post_tweet, lockDoors), not as words a task may use (sort, mean)
+    distinctive = [name for name in functions if "_" in name or name != name.lower()]
+
+    # the detector finds BFCL's text where it belongs: each BFCL episode opens with its first turn
+    evaluated, _ = _trajectory_texts(data.evaluation / "trajectories.parquet")
+    assert all(task.user_turns[0] in evaluated for task in tasks if task.task_id in smoke_ids)
+
+    training_tables = {"demos": data.demos, "rollouts": data.trajectories, "accepted": data.accepted,
+                       "training_set": data.training_set}
+    for name, path in training_tables.items():
+        text, called = _trajectory_texts(path)
+        assert text, name
+        assert not [turn for turn in turns if turn in text], name
+        assert not called & functions, name
+        assert not [f for f in distinctive if re.search(rf"(?<![\w]){re.escape(f)}(?![\w])", text)], name
+
+    # the training records: demo_sft from the demonstrations, every RFT seed from the training set
+    trained_from = {"demo_sft": data.demos, "rft": data.training_set}
+    for model, table in trained_from.items():
+        for checkpoint in seed_checkpoints(data.model(model)).values():
+            record = read_training(checkpoint)
+            assert not [turn for turn in turns if turn in "\n".join(_strings(record))], checkpoint
+            tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+            examples = encode_trajectories(read_trajectories(table), tokenizer,
+                                           max_length=params.backbone.max_context)
+            assert (record["data_sha256"], record["examples"]) == (examples.sha256(), len(examples.examples))

@@ -92,7 +92,7 @@ def test_the_comparison_table_has_intervals_deltas_and_a_reference(evaluate):
     assert rft["task pass rate"].startswith("0.500 [")
     assert rft["Δ task pass rate vs base"].startswith("+0.500 [+")
     assert table.loc[("benchmark", "base"), "Δ task pass rate vs base"] == "ref"
-    assert rft["tasks"] == 4 and rft["episodes"] == 4
+    assert rft["tasks"] == 4 and rft["episodes"] == 4 and rft[report.CONTEXT_FAILURES] == 0
     for name in report.TABLE_METRICS.values():
         assert name in table.columns and f"Δ {name} vs base" in table.columns
 
@@ -105,6 +105,21 @@ def test_a_pool_without_tasks_reads_as_not_available(evaluate):
     frame = report.comparison_frame(evaluate)
     assert frame[frame["pool"] == "dev"]["value"].isna().all()
     assert not frame[frame["pool"] == "benchmark"]["value"].isna().any()
+
+
+def test_a_benchmark_without_a_completion_gap_shows_its_context_failures(evaluate):
+    """A BFCL-like pool: no primary deliverable or completion gap (n/a), and the episodes that
+    ended for the context window counted (0 where none did)."""
+    rows = {model: [{**_result(model, t, False, 0.0), "pool": "bfcl", "primary_passed": None,
+                     "completion_gap": None, "finish_reason": "context" if t < 3 else "no_tool_call"}
+                    for t in range(4)] for model in ("base", "rft")}
+    evaluate["pools"]["bfcl"] = summarize_pool(rows, pool="bfcl", seed=1, resamples=200, confidence=0.95)
+    table = report.comparison_table(evaluate)
+    assert table.loc[("bfcl", "rft"), report.CONTEXT_FAILURES] == 3
+    assert table.loc[("benchmark", "rft"), report.CONTEXT_FAILURES] == 0
+    assert table.loc[("bfcl", "rft"), "completion-gap rate"] == report.MISSING
+    assert table.loc[("bfcl", "rft"), "task pass rate"] == "0.000 [0.000, 0.000]"
+    assert table.loc[("bfcl", "rft"), "Δ weighted score vs base"] == "+0.000 [+0.000, +0.000]"
 
 
 def test_the_comparison_of_nothing_is_an_empty_table():

@@ -2,7 +2,7 @@
 
 Everything here reads what the pipeline wrote (``metrics/`` and the data directory), so a
 notebook cell is one call: the comparison table of the evaluated models, the per-domain
-picture (acceptance per training domain, pass rate per held-out domain), an example task's
+picture (acceptance per training domain, pass rate per evaluated domain), an example task's
 completion graph, an accepted against a rejected trajectory side by side with the judge's
 per-criterion verdicts, and the training curves. Every reader copes with what a small run
 leaves: nothing accepted, an untrained RFT copy, a pool without tasks (intervals of ``None``).
@@ -51,6 +51,8 @@ TABLE_METRICS = {
 #: the metrics that are fractions in [0, 1], drawn together as bars
 BAR_METRICS = ("pass_rate", "score", "criterion_pass_rate", "completion_gap_rate")
 MISSING = "n/a"
+#: the comparison table's column of episodes that ended for the context window
+CONTEXT_FAILURES = "context failures"
 COLORS = ("#64748b", "#2563eb", "#16a34a", "#d97706", "#db2777", "#7c3aed")
 
 
@@ -139,7 +141,8 @@ def comparison_frame(evaluate: Mapping) -> pd.DataFrame:
     """``metrics/evaluate.json`` as one row per pool x model x metric: ``value``, ``low``,
     ``high`` and the paired delta against the reference model (``delta``, ``delta_low``,
     ``delta_high``; 0 for the reference itself), with the pool's ``tasks`` and the model's
-    ``episodes``. A pool without tasks keeps its rows, with missing values."""
+    ``episodes`` and ``context_failures`` (episodes that ended for the context window). A pool
+    without tasks keeps its rows, with missing values."""
     rows = []
     for pool, summary in evaluate.get("pools", {}).items():
         for flat in table_rows(pool, summary):
@@ -148,15 +151,16 @@ def comparison_frame(evaluate: Mapping) -> pd.DataFrame:
                     continue
                 rows.append({"pool": pool, "model": flat["model"], "metric": metric,
                              "tasks": flat["tasks"], "episodes": flat["episodes"],
+                             "context_failures": flat["context_failures"],
                              "value": flat[metric], "low": flat[f"{metric}_low"],
                              "high": flat[f"{metric}_high"],
                              "delta": flat.get(f"delta_{metric}"),
                              "delta_low": flat.get(f"delta_{metric}_low"),
                              "delta_high": flat.get(f"delta_{metric}_high")})
-    columns = ["pool", "model", "metric", "tasks", "episodes", "value", "low", "high", "delta",
-               "delta_low", "delta_high"]
-    frame = pd.DataFrame(rows, columns=columns)
-    for column in columns[5:]:
+    numbers = ["value", "low", "high", "delta", "delta_low", "delta_high"]
+    frame = pd.DataFrame(rows, columns=["pool", "model", "metric", "tasks", "episodes", "context_failures",
+                                        *numbers])
+    for column in numbers:
         frame[column] = pd.to_numeric(frame[column], errors="coerce")
     return frame
 
@@ -165,17 +169,18 @@ def comparison_table(evaluate: Mapping, digits: int = 3) -> pd.DataFrame:
     """The comparison table: one row per pool x model, each metric as ``value [low, high]`` and
     its delta against the reference (the first model) as ``+delta [low, high]`` (paired
     bootstrap interval over tasks); ``ref`` for the reference itself, ``n/a`` where a pool has
-    no tasks or a benchmark has no such metric."""
+    no tasks or a benchmark has no such metric (BFCL: completion gap). ``context failures``
+    counts the episodes that ended because the prompt outgrew the context window (failures)."""
     frame = comparison_frame(evaluate)
     reference = evaluate.get("reference")
     index = pd.MultiIndex.from_tuples([], names=["pool", "model"])
-    columns = ["tasks", "episodes"] + [c for m in TABLE_METRICS.values()
-                                       for c in (m, f"Δ {m} vs {reference}")]
+    counts = {"tasks": "tasks", "episodes": "episodes", "context_failures": CONTEXT_FAILURES}
+    columns = [*counts.values()] + [c for m in TABLE_METRICS.values() for c in (m, f"Δ {m} vs {reference}")]
     if frame.empty:
         return pd.DataFrame(index=index, columns=columns)
     rows = {}
     for (pool, model), group in frame.groupby(["pool", "model"], sort=False):
-        row = {"tasks": int(group["tasks"].iloc[0]), "episodes": int(group["episodes"].iloc[0])}
+        row = {name: int(group[column].iloc[0]) for column, name in counts.items()}
         for item in group.itertuples():
             name = TABLE_METRICS[item.metric]
             row[name] = _interval(item.value, item.low, item.high, digits)
@@ -258,7 +263,8 @@ def plot_acceptance(by_domain: pd.DataFrame) -> Figure:
 
 
 def domain_pass_rates(domains: pd.DataFrame) -> pd.DataFrame:
-    """``evaluate_domains`` as a table: one row per pool x held-out domain, one column per model."""
+    """``evaluate_domains`` as a table: one row per pool x domain (a held-out domain; for BFCL, an
+    API set), one column per model."""
     if domains.empty:
         return pd.DataFrame()
     models = list(dict.fromkeys(domains["model"]))
@@ -268,8 +274,8 @@ def domain_pass_rates(domains: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_domain_pass_rates(domains: pd.DataFrame) -> Figure:
-    """Pass rate per held-out domain, one bar per model, one panel per pool (values printed, so
-    a zero pass rate is still seen)."""
+    """Pass rate per domain (a held-out domain; for BFCL, an API set), one bar per model, one panel
+    per pool (values printed, so a zero pass rate is still seen)."""
     table = domain_pass_rates(domains)
     pools = list(dict.fromkeys(table.index.get_level_values("pool"))) if len(table) else []
     rows = max((len(table.loc[p]) for p in pools), default=1)
@@ -292,7 +298,7 @@ def plot_domain_pass_rates(domains: pd.DataFrame) -> Figure:
         ax.invert_yaxis()
         ax.set_xlim(0, 1.15)
         ax.set_xlabel("task pass rate")
-        ax.set_title(f"{pool}: pass rate per held-out domain")
+        ax.set_title(f"{pool}: pass rate per domain")
         ax.legend(fontsize=8, loc="lower right")
     return fig
 

@@ -27,10 +27,10 @@ intervals, plots). The contract:
 - ``close()``: release what grading held (sandbox workers, servers).
 
 **Adding an external benchmark** (AutomationBench, JobBench and Harvey LAB are not available
-offline; BFCL v4 multi-turn is in :mod:`interlock.evaluation.bfcl`): write a class with these
-methods under ``interlock.evaluation`` and let the stage build it for its name (``benchmarks_for``
-in the stage script; ``eval.pools`` then needs the new name among its allowed values in
-``config.EvalConfig``).
+offline; BFCL v4 multi-turn is in :mod:`interlock.evaluation.bfcl`, the pool ``bfcl``): write a
+class with these methods under ``interlock.evaluation`` and let the stage build it for its name
+(``benchmarks_for`` in the stage script; ``eval.pools`` then needs the new name among its allowed
+values in ``config.EvalConfig``, and a size, if it has one, goes in ``scale.evaluation``).
 
 - *AutomationBench-style* (a business workflow with an end-state check): ``tasks()`` from its task
   files; ``rollout`` turns each starting state into a workspace and a request and runs them

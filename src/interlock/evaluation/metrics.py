@@ -25,7 +25,9 @@ the mean over tasks, so every task counts once however many criteria or attempts
 - ``pass_rate``, ``score``, ``criterion_pass_rate``, ``primary_pass_rate``;
 - ``completion_gap_rate``: the share of all episodes with a completion gap (not conditional on
   the primary deliverable being right);
-- ``mean_turns``, ``mean_tool_calls``; ``finish_reasons`` are counted (no interval).
+- ``mean_turns``, ``mean_tool_calls``; ``finish_reasons`` are counted (no interval), so a
+  benchmark whose prompts may outgrow the context window (BFCL) says how many episodes ended
+  there (``context``, a failure).
 
 A metric whose column is null for some episode of a model (a benchmark without that notion) is
 left out for that model.
@@ -270,11 +272,13 @@ def model_rows(pool: str, summary: dict) -> list[dict]:
 
 def table_rows(pool: str, summary: dict) -> list[dict]:
     """One row per model of one pool's summary, every metric and its delta flattened into columns
-    (the reference model's deltas are 0: it is compared with itself)."""
+    (the reference model's deltas are 0: it is compared with itself), and how many episodes ended
+    for the context window (0 when none did: the count is shown even where it is nothing)."""
     rows = []
     reference = next(iter(summary["models"]), None)
     for model, entry in summary["models"].items():
-        row: dict = {"model": model, "pool": pool, "tasks": summary["tasks"], "episodes": entry["episodes"]}
+        row: dict = {"model": model, "pool": pool, "tasks": summary["tasks"], "episodes": entry["episodes"],
+                     "context_failures": entry["finish_reasons"].get("context", 0)}
         for metric in METRICS:
             if metric not in entry:
                 continue
