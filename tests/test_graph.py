@@ -8,9 +8,9 @@ import statistics
 from pathlib import Path
 
 import pytest
-import yaml
 
 from interlock.blueprints import TaskSize, make_blueprint, stable_seed
+from interlock.config import compose_params
 from interlock.errors import InterlockError
 from interlock.graph import CompletionGraph, Edge, Hyperedge, build_graph, graph_rows, graphs_from_rows
 from interlock.kinds.couplings import COUPLING_KINDS
@@ -102,8 +102,7 @@ def test_graphs_round_trip_through_their_tables(tasks):
 
 
 def _mean_oracle_calls(catalog, scale: str) -> float:
-    raw = yaml.safe_load((CONF / "scale" / f"{scale}.yaml").read_text())["task_size"]
-    size = TaskSize(**raw)
+    size = TaskSize(**compose_params(CONF, [f"scale={scale}"])["scale"]["task_size"])
     return statistics.mean(
         len(oracle_calls(build_graph(make_blueprint(d, "rft", 0, size, stable_seed(3, d.id)), d), d))
         for d in catalog.split("train"))
