@@ -45,6 +45,12 @@ def test_protocol_round_trips_and_reports_malformed_calls():
     broken = parse_turn('<tool_call>{"name": "x", "arguments": "[1]"}</tool_call> <tool_call>{oops'
                         '</tool_call><tool_call>{"arguments": {}}</tool_call>')
     assert not broken.calls and len(broken.problems) == 3
+    # a number too long for Python's int() is a malformed call too, never an exception
+    huge = "9" * 5000
+    overflow = parse_turn(f'<tool_call>{{"name": "x", "arguments": {{"n": {huge}}}}}</tool_call>'
+                          f'<tool_call>{{"name": "x", "arguments": "{{\\"n\\": {huge}}}"}}</tool_call>')
+    assert not overflow.calls and len(overflow.problems) == 2
+    assert "not JSON: Exceeds the limit" in overflow.problems[0]
 
 
 def test_oracle_rollouts_pass_and_record_everything(tasks, tmp_path):

@@ -40,8 +40,8 @@ def parse_turn(text: str) -> ParsedTurn:
         body = match.group(1).strip()
         try:
             data = json.loads(body)
-        except json.JSONDecodeError as exc:
-            problems.append(f"malformed tool call (not JSON: {exc.msg}): {body[:120]}")
+        except ValueError as exc:  # not JSON, or a number too long for int() (over 4,300 digits)
+            problems.append(f"malformed tool call (not JSON: {getattr(exc, 'msg', exc)}): {body[:120]}")
             continue
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             problems.append(f"malformed tool call (needs a 'name'): {body[:120]}")
@@ -50,7 +50,7 @@ def parse_turn(text: str) -> ParsedTurn:
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments)
-            except json.JSONDecodeError:
+            except ValueError:
                 problems.append(f"malformed tool call (arguments are not a JSON object): {body[:120]}")
                 continue
         if not isinstance(arguments, dict):
