@@ -139,7 +139,7 @@ def test_backbone_option_composes(option: str) -> None:
     backbone = Params.model_validate(cfg).backbone  # the stages accept it
     assert backbone.name == option and backbone.source == BACKBONE_SOURCES[option]
     assert backbone.dtype == "float32" and backbone.backend == "transformers"
-    assert backbone.max_context == (4096 if option == "tiny" else 8192)
+    assert backbone.max_context == (12288 if option == "tiny" else 8192)
     assert backbone.generation.temperature == 0.7 and backbone.generation.max_new_tokens > 0
     # every option has every key, so the base_model stage can list exactly the ones it reads
     assert set(cfg["backbone"]) == set(compose_config()["backbone"])

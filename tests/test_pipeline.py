@@ -204,6 +204,15 @@ def test_the_smoke_run_evaluates_the_bfcl_pool_and_tracks_it(smoke_repo):
     assert sorted({r["task_id"] for r in results if r["pool"] == "bfcl"}) == sorted(ids)
     verdicts = read_rows(smoke_repo / "data" / "evaluation" / "verdicts.parquet", schemas.VERDICTS)
     assert {v["judge"] for v in verdicts if v["task_id"] in ids} == {"bfcl"}
+    # the tiny model acts: no episode ends for the window, and each is handed BFCL's later user turns
+    turns = {task.task_id: len(task.user_turns) for task in load_tasks(size)}
+    episodes = [Trajectory.from_row(row, "evaluation") for row in
+                read_rows(smoke_repo / "data" / "evaluation" / "trajectories.parquet", schemas.TRAJECTORIES)
+                if row["pool"] == "bfcl"]
+    users = {t.rollout_id: sum(m.role == "user" for m in t.messages) for t in episodes}
+    assert episodes and all(t.finish_reason != "context" for t in episodes)
+    assert any(users[t.rollout_id] > 1 for t in episodes)
+    assert all(users[t.rollout_id] == turns[t.task_id] for t in episodes if t.finish_reason == "no_tool_call")
     for plot in ("evaluate_models", "evaluate_domains"):
         assert "bfcl" in set(read_plot(smoke_repo / "metrics" / "plots" / f"{plot}.tsv")["pool"])
 
