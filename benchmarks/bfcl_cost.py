@@ -1,0 +1,81 @@
+"""BFCL multi-turn cost per checkpoint: what each BFCL task costs a model on this machine.
+
+Runs the ``bfcl`` pool's adapter (the same episodes as the ``evaluate`` stage: the rollout
+engine, the ``transformers`` backend, the default scale's limits) on chosen BFCL tasks for each
+checkpoint, one model at a time, and prints per episode: wall seconds, assistant steps, tool
+calls, generated tokens, the opening prompt's length and why it ended, plus the backend's
+prefill/decode split. Not a test: it sizes ``scale.evaluation.bfcl_tasks`` against the default
+run's 30-minute budget.
+
+    .venv/bin/python benchmarks/bfcl_cost.py [--models base demo_sft rft/seed-0] [--tasks 2]
+        [--models-dir data/models] [--params params.yaml] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    sys.path.insert(0, str(ROOT / "src"))
+    from interlock.agents.backends.transformers_backend import TransformersBackend
+    from interlock.agents.rollout import RolloutLimits
+    from interlock.agents.trajectory import Trajectory
+    from interlock.config import load_params
+    from interlock.evaluation.benchmarks import RunSettings
+    from interlock.evaluation.bfcl import BfclMultiTurn
+    from interlock.io import read_rows
+    from interlock.schemas import TRAJECTORIES
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=["base", "demo_sft", "rft/seed-0", "rft/seed-1"])
+    parser.add_argument("--models-dir", type=Path, default=ROOT / "data" / "models")
+    parser.add_argument("--tasks", type=int, default=1, help="the first N BFCL tasks (id order)")
+    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml",
+                        help="the composed config whose limits and seed the episodes use")
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args()
+
+    params = load_params(args.params)
+    rollouts, backbone = params.scale.rollouts, params.backbone
+    settings = RunSettings(attempts=1, seed=params.seed, batch_size=rollouts.batch_size,
+                           limits=RolloutLimits.of(rollouts, backbone.generation))
+    benchmark = BfclMultiTurn("bfcl", limit=args.tasks)
+    rows = []
+    for name in args.models:
+        backend = TransformersBackend(args.models_dir / name, dtype=backbone.dtype,
+                                      max_context=backbone.max_context)
+        with tempfile.TemporaryDirectory(prefix="bfcl-cost-") as tmp:
+            out = Path(tmp) / "trajectories.parquet"
+            start = time.perf_counter()
+            benchmark.rollout(name.replace("/", "."), name, backend, settings, out=out,
+                              timings=Path(tmp) / "timings.parquet", work=Path(tmp) / "work")
+            wall = time.perf_counter() - start
+            trajectories = [Trajectory.from_row(r, str(out)) for r in read_rows(out, TRAJECTORIES)]
+        results = benchmark.grade(trajectories)
+        stats = backend.stats
+        for trajectory, result in zip(trajectories, results, strict=True):
+            rows.append({"model": name, "task": trajectory.task_id, "model_seconds": round(wall, 1),
+                         "steps": trajectory.turns, "tool_calls": trajectory.tool_calls,
+                         "generated_tokens": trajectory.generated_tokens,
+                         "prompt_tokens": trajectory.prompt_tokens, "ended": trajectory.finish_reason,
+                         "score": round(result.score, 3), "passed": result.passed,
+                         "prefill_s": round(stats.prefill_seconds, 1),
+                         "decode_s": round(stats.decode_seconds, 1), "decode_steps": stats.decode_steps})
+            print(json.dumps(rows[-1]), flush=True)
+        del backend
+    total = sum({r["model"]: r["model_seconds"] for r in rows}.values())
+    print(f"\n{len(args.models)} checkpoints x {args.tasks} BFCL task(s): {total:.0f} s of rollouts in all")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

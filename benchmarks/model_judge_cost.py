@@ -1,0 +1,75 @@
+"""Model-backed judges' cost: the agent judge and the text judge, both backed by a checkpoint,
+on the same policy rollouts, side by side in one run.
+
+``scale.judging.backend=policy`` makes both judges consult the starting policy: the text judge
+reads each transcript and answers every criterion in one JSON object; the agent judge runs the
+compiled checks and has the model review each criterion they passed, with read-only tools. This
+prints what that costs (seconds and output tokens per rollout, per judge) and the agent judge's
+output tokens against the text judge's (the paper's agent judge spent ~11% more). Not a test:
+the default run judges with the scripted backends, which cost no tokens.
+
+    .venv/bin/python benchmarks/model_judge_cost.py [--checkpoint data/models/demo_sft]
+        [--rollouts 16] [--data data] [--params params.yaml] [--json PATH]
+
+The rollouts are the first ``--rollouts`` of ``<data>/rollouts/trajectories.parquet`` (the
+default run's policy rollouts) and their task packs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    sys.path.insert(0, str(ROOT / "src"))
+    from interlock import schemas
+    from interlock.agents.backends.transformers_backend import TransformersBackend
+    from interlock.config import load_params
+    from interlock.io import read_rows, write_table
+    from interlock.judges.run import run_judge
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", type=Path, default=ROOT / "data" / "models" / "demo_sft")
+    parser.add_argument("--data", type=Path, default=ROOT / "data")
+    parser.add_argument("--rollouts", type=int, default=16)
+    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml",
+                        help="the composed config whose backbone settings the judge model uses")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+
+    source = args.data / "rollouts" / "trajectories.parquet"
+    rows = read_rows(source, schemas.TRAJECTORIES)[:args.rollouts]
+    if not rows:
+        raise SystemExit(f"no rollouts in {source}: run `dvc repro rollouts` first")
+    backbone = load_params(args.params).backbone
+    model = TransformersBackend(args.checkpoint, dtype=backbone.dtype, max_context=backbone.max_context)
+    with tempfile.TemporaryDirectory(prefix="judge-cost-") as tmp:
+        subset = Path(tmp) / "trajectories.parquet"
+        write_table(subset, rows, schemas.TRAJECTORIES)
+        summary = run_judge(subset, args.data / "packs", Path(tmp) / "judgements", agent_backend=model,
+                            text_backend=model)
+    figures = {}
+    print(f"\n{len(rows)} rollouts, both judges backed by {args.checkpoint}")
+    print(f"{'judge':<6} {'s/rollout':>10} {'output tokens':>14} {'tokens/rollout':>15} {'accepted':>9}")
+    for name, judge in summary["judges"].items():
+        figures[name] = {key: judge[key] for key in ("seconds_per_rollout", "output_tokens",
+                                                     "output_tokens_per_rollout", "accepted", "rollouts")}
+        print(f"{name:<6} {judge['seconds_per_rollout']:>10.2f} {judge['output_tokens']:>14} "
+              f"{judge['output_tokens_per_rollout']:>15} {judge['accepted']:>9}")
+    text_tokens = figures["text"]["output_tokens"]
+    if text_tokens:
+        ratio = figures["agent"]["output_tokens"] / text_tokens
+        figures["agent_over_text_tokens"] = round(ratio, 3)
+        print(f"agent judge output tokens / text judge's: {ratio:.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
