@@ -1,11 +1,11 @@
 """BFCL multi-turn cost per checkpoint: what each BFCL task costs a model on this machine.
 
 Runs the ``bfcl`` pool's adapter (the same episodes as the ``evaluate`` stage: the rollout
-engine, the ``transformers`` backend, the default scale's limits) on chosen BFCL tasks for each
-checkpoint, one model at a time, and prints per episode: wall seconds, assistant steps, tool
-calls, generated tokens, the opening prompt's length and why it ended, plus the backend's
-prefill/decode split. Not a test: it sizes ``scale.evaluation.bfcl_tasks`` against the default
-run's 30-minute budget.
+engine, the ``transformers`` backend, the limits and seed of ``params.yaml``) on the first BFCL
+tasks, one checkpoint at a time, and prints per episode: assistant steps, tool calls, generated
+tokens, the longest prompt and why it ended, with its model's wall seconds and their prefill /
+decode split (``model_*``: all of that model's episodes, which decode together). Not a test: it
+sizes ``scale.evaluation.bfcl_tasks`` against the default run's 30-minute budget.
 
     .venv/bin/python benchmarks/bfcl_cost.py [--models base demo_sft rft/seed-0] [--tasks 2]
         [--models-dir data/models] [--params params.yaml] [--json PATH]
@@ -67,8 +67,9 @@ def main() -> None:
                          "generated_tokens": trajectory.generated_tokens,
                          "prompt_tokens": trajectory.prompt_tokens, "ended": trajectory.finish_reason,
                          "score": round(result.score, 3), "passed": result.passed,
-                         "prefill_s": round(stats.prefill_seconds, 1),
-                         "decode_s": round(stats.decode_seconds, 1), "decode_steps": stats.decode_steps})
+                         "model_prefill_s": round(stats.prefill_seconds, 1),
+                         "model_decode_s": round(stats.decode_seconds, 1),
+                         "model_decode_steps": stats.decode_steps})
             print(json.dumps(rows[-1]), flush=True)
         del backend
     total = sum({r["model"]: r["model_seconds"] for r in rows}.values())
