@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     sys.path.insert(0, str(ROOT / "src"))
-    from interlock.agents.backends.transformers_backend import TransformersBackend
+    from interlock.agents.backends.factory import make_backend
     from interlock.agents.rollout import RolloutLimits
     from interlock.agents.trajectory import Trajectory
     from interlock.config import load_params
@@ -45,13 +45,14 @@ def main() -> None:
 
     params = load_params(args.params)
     rollouts, backbone = params.scale.rollouts, params.backbone
+    if backbone.backend != "transformers":
+        raise SystemExit(f"the prefill/decode split is the transformers backend's, not {backbone.backend!r}")
     settings = RunSettings(attempts=1, seed=params.seed, batch_size=rollouts.batch_size,
                            limits=RolloutLimits.of(rollouts, backbone.generation))
     benchmark = BfclMultiTurn("bfcl", limit=args.tasks)
     rows = []
     for name in args.models:
-        backend = TransformersBackend(args.models_dir / name, dtype=backbone.dtype,
-                                      max_context=backbone.max_context)
+        backend = make_backend(backbone, args.models_dir / name)
         with tempfile.TemporaryDirectory(prefix="bfcl-cost-") as tmp:
             out = Path(tmp) / "trajectories.parquet"
             start = time.perf_counter()

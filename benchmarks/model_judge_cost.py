@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> None:
     sys.path.insert(0, str(ROOT / "src"))
     from interlock import schemas
-    from interlock.agents.backends.transformers_backend import TransformersBackend
+    from interlock.agents.backends.factory import make_backend
     from interlock.config import load_params
     from interlock.io import read_rows, write_table
     from interlock.judges.run import run_judge
@@ -47,8 +47,7 @@ def main() -> None:
     rows = read_rows(source, schemas.TRAJECTORIES)[:args.rollouts]
     if not rows:
         raise SystemExit(f"no rollouts in {source}: run `dvc repro rollouts` first")
-    backbone = load_params(args.params).backbone
-    model = TransformersBackend(args.checkpoint, dtype=backbone.dtype, max_context=backbone.max_context)
+    model = make_backend(load_params(args.params).backbone, args.checkpoint)  # as the judge stage does
     with tempfile.TemporaryDirectory(prefix="judge-cost-") as tmp:
         subset = Path(tmp) / "trajectories.parquet"
         write_table(subset, rows, schemas.TRAJECTORIES)
