@@ -14,25 +14,27 @@ import itertools
 import tempfile
 from pathlib import Path
 
-from interlock.agents.scripted import ADVERSARIES
-from interlock.artifacts import Artifacts
-from interlock.judges.agent import AgentJudge
-from interlock.judges.base import accepted
-from interlock.judges.text import TextJudge
-from interlock.pipeline import load_domains
-from interlock.rollouts import admitted_tasks, scripted_rollouts
+from interlock.analysis.artifacts import repository_paths
+from interlock.judging.agent import AgentJudge
+from interlock.judging.text import TextJudge
+from interlock.judging.verdicts import accepted
+from interlock.rollout.runs import scripted_rollouts
+from interlock.rollout.scripted import ADVERSARIES
+from interlock.synthesis.tasks import admitted_tasks, load_domains
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("data"))
+    parser.add_argument("--data", type=Path, default=None,
+                        help="the artifacts' folder (default: the repository's)")
     parser.add_argument("--tasks", type=int, default=32)
     args = parser.parse_args()
-    data = Artifacts(args.data)
-    contexts = list(itertools.islice(
-        admitted_tasks(data.review, data.packs, data.graphs, load_domains(data.domains), "rft"), args.tasks))
+    paths = repository_paths(ROOT, data=args.data)
+    contexts = list(itertools.islice(admitted_tasks(paths, load_domains(paths.domains), "rft"), args.tasks))
     packs = {c.task_id: c.pack for c in contexts}
-    print(f"{len(contexts)} admitted rft tasks from {args.data}\n")
+    print(f"{len(contexts)} admitted rft tasks from {paths.data}\n")
     print("| solver | rollouts | agent judge accepts | text judge accepts |\n|---|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as workdir, AgentJudge() as agent:
         text = TextJudge()

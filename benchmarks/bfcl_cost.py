@@ -25,18 +25,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     sys.path.insert(0, str(ROOT / "src"))
-    from interlock.agents.backends.factory import make_backend
-    from interlock.agents.rollout import RolloutLimits
-    from interlock.agents.trajectory import Trajectory
-    from interlock.config import load_params
+    from interlock.analysis.artifacts import params_paths
+    from interlock.core.config import load_params
+    from interlock.core.io import read_rows
+    from interlock.core.schemas import TRAJECTORIES
     from interlock.evaluation.benchmarks import RunSettings
     from interlock.evaluation.bfcl import BfclMultiTurn
-    from interlock.io import read_rows
-    from interlock.schemas import TRAJECTORIES
+    from interlock.models.backends import make_backend
+    from interlock.rollout.engine import RolloutLimits
+    from interlock.rollout.trajectory import Trajectory
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["base", "demo_sft", "rft/seed-0", "rft/seed-1"])
-    parser.add_argument("--models-dir", type=Path, default=ROOT / "data" / "models")
+    parser.add_argument("--models-dir", type=Path, default=None,
+                        help="the checkpoints' folder (default: the one params.yaml names)")
     parser.add_argument("--tasks", type=int, default=1, help="the first N BFCL tasks (id order)")
     parser.add_argument("--params", type=Path, default=ROOT / "params.yaml",
                         help="the composed config whose limits and seed the episodes use")
@@ -44,6 +46,7 @@ def main() -> None:
     args = parser.parse_args()
 
     params = load_params(args.params)
+    models = args.models_dir or params_paths(args.params).models
     rollouts, backbone = params.scale.rollouts, params.backbone
     if backbone.backend != "transformers":
         raise SystemExit(f"the prefill/decode split is the transformers backend's, not {backbone.backend!r}")
@@ -52,7 +55,7 @@ def main() -> None:
     benchmark = BfclMultiTurn("bfcl", limit=args.tasks)
     rows = []
     for name in args.models:
-        backend = make_backend(backbone, args.models_dir / name)
+        backend = make_backend(backbone, models / name)
         with tempfile.TemporaryDirectory(prefix="bfcl-cost-") as tmp:
             out = Path(tmp) / "trajectories.parquet"
             start = time.perf_counter()

@@ -11,8 +11,8 @@ issue 3 (at least 50 rollouts/s for the default tasks).
         [--workers 2] [--rollouts 2000] [--batch 64] [--json PATH]
 
 ``--data`` is a data folder with the ``domains``, ``graphs``, ``packs`` and ``review`` stages'
-artifacts; without it (or when they are not all there) it synthesizes the default scale's tasks
-into a temporary folder first.
+artifacts (laid out as ``conf/paths`` says); when they are not all there it synthesizes the
+default scale's tasks into a temporary folder first.
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from interlock.analysis.artifacts import repository_paths
+from interlock.core.paths import Paths
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_ROLLOUTS_PER_SECOND = 50.0
 POLICIES = ("oracle", "noisy", "claim_only", "collateral_damage")
-NEEDED = ("domains.parquet", "graphs/tasks.parquet", "packs/tasks.parquet", "review/admitted.parquet")
 
 
 def pin(cores: int) -> list[int]:
@@ -40,38 +42,30 @@ def pin(cores: int) -> list[int]:
     return chosen
 
 
-def default_data(folder: Path) -> Path:
-    """The default scale's tasks, synthesized and reviewed with the real stage functions."""
-    import yaml
+def default_data(folder: Path) -> Paths:
+    """The default scale's tasks, synthesized and reviewed with the real stage functions into
+    ``folder`` (laid out as the pipeline lays out its data folder)."""
+    from interlock.core.config import Params, compose_params
+    from interlock.review.stage import run_review
+    from interlock.synthesis.stage import blueprints, domains, graphs, packs
 
-    from interlock.config import TaskSizeConfig
-    from interlock.pipeline import run_blueprints, run_domains, run_graphs, run_packs, run_review
-
-    folder.mkdir(parents=True, exist_ok=True)
-    scale = yaml.safe_load((ROOT / "conf" / "scale" / "default.yaml").read_text())
-    seed = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["seed"]
-    run_domains(folder / "domains.parquet")
-    run_blueprints(folder / "domains.parquet", folder / "blueprints.parquet", seed=seed,
-                   train_domains=scale["train_domains"], heldout_domains=scale["heldout_domains"],
-                   tasks_per_domain=scale["tasks_per_domain"],
-                   size=TaskSizeConfig(**scale["task_size"]).build(),
-                   row_group_tasks=scale["row_group_tasks"])
-    run_graphs(folder / "domains.parquet", folder / "blueprints.parquet", folder / "graphs")
-    run_packs(folder / "domains.parquet", folder / "graphs", folder / "packs")
-    run_review(folder / "graphs", folder / "packs", folder / "review")
-    return folder
+    params = Params.model_validate(compose_params(ROOT / "conf"))
+    paths = params.paths.rebase(data=folder)
+    for stage in (domains, blueprints, graphs, packs):
+        stage(params, paths)
+    run_review(paths.graphs, paths.packs, paths.review)  # the static reviews (no execution gate)
+    return paths
 
 
-def scripted_pool(data: Path, workdir: Path) -> list:
+def scripted_pool(paths: Paths, workdir: Path) -> list:
     """(trajectory, pack) for every admitted task of every pool x scripted policy (task by task,
     so any prefix of the pool mixes the policies evenly)."""
-    from interlock.blueprints import POOLS
-    from interlock.pipeline import load_domains
-    from interlock.rollouts import admitted_tasks, scripted_rollouts
+    from interlock.core.types import POOLS
+    from interlock.rollout.runs import scripted_rollouts
+    from interlock.synthesis.tasks import admitted_tasks, load_domains
 
-    catalog = load_domains(data / "domains.parquet")
-    contexts = [c for pool in POOLS
-                for c in admitted_tasks(data / "review", data / "packs", data / "graphs", catalog, pool)]
+    catalog = load_domains(paths.domains)
+    contexts = [c for pool in POOLS for c in admitted_tasks(paths, catalog, pool)]
     trajectories = scripted_rollouts(contexts, POLICIES, seed=0, workdir=workdir, skip_effect=0.5,
                                      ignore_coupling=0.0)  # in plan order: policy by policy
     n = len(contexts)
@@ -80,7 +74,8 @@ def scripted_pool(data: Path, workdir: Path) -> list:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=ROOT / "data")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="the artifacts' folder (default: the repository's)")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--workers", type=int, default=None, help="sandbox workers (default: --cores)")
     parser.add_argument("--rollouts", type=int, default=2000)
@@ -91,16 +86,17 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     cores = pin(args.cores)
 
-    from interlock.judges.agent import AgentJudge
-    from interlock.judges.metrics import JudgeStats
-    from interlock.judges.sandbox import scratch_base
-    from interlock.judges.text import TextJudge
+    from interlock.judging.agent import AgentJudge
+    from interlock.judging.metrics import JudgeStats
+    from interlock.judging.sandbox import scratch_base
+    from interlock.judging.text import TextJudge
 
     workspaces = args.scratch or scratch_base()  # many small folders: memory-backed where possible
     with (tempfile.TemporaryDirectory() as tmp,
           tempfile.TemporaryDirectory(prefix="judge-bench-rollouts-", dir=workspaces) as work):
-        ready = all((args.data / name).exists() for name in NEEDED)
-        data = args.data if ready else default_data(Path(tmp) / "data")
+        paths = repository_paths(ROOT, data=args.data)
+        ready = all(path.exists() for path in (paths.domains, paths.graphs, paths.packs, paths.review))
+        data = paths if ready else default_data(Path(tmp) / "data")
         tick = time.perf_counter()
         pool = scripted_pool(data, Path(work))
         rollout_seconds = time.perf_counter() - tick

@@ -28,33 +28,38 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     sys.path.insert(0, str(ROOT / "src"))
-    from interlock import schemas
-    from interlock.agents.backends.factory import make_backend
-    from interlock.config import load_params
-    from interlock.io import read_rows, write_table
-    from interlock.judges.run import run_judge
+    from interlock.analysis.artifacts import params_paths
+    from interlock.core import schemas
+    from interlock.core.config import load_params
+    from interlock.core.io import read_rows, write_table
+    from interlock.judging.stage import run_judge
+    from interlock.models.backends import make_backend
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", type=Path, default=ROOT / "data" / "models" / "demo_sft")
-    parser.add_argument("--data", type=Path, default=ROOT / "data")
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="the judge model (default: the run's demo_sft checkpoint)")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="the artifacts' folder (default: the one params.yaml names)")
     parser.add_argument("--rollouts", type=int, default=16)
     parser.add_argument("--params", type=Path, default=ROOT / "params.yaml",
                         help="the composed config whose backbone settings the judge model uses")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
-    source = args.data / "rollouts" / "trajectories.parquet"
+    paths = params_paths(args.params, data=args.data)
+    checkpoint = args.checkpoint or paths.model("demo_sft")
+    source = paths.trajectories
     rows = read_rows(source, schemas.TRAJECTORIES)[:args.rollouts]
     if not rows:
         raise SystemExit(f"no rollouts in {source}: run `dvc repro rollouts` first")
-    model = make_backend(load_params(args.params).backbone, args.checkpoint)  # as the judge stage does
+    model = make_backend(load_params(args.params).backbone, checkpoint)  # as the judge stage does
     with tempfile.TemporaryDirectory(prefix="judge-cost-") as tmp:
         subset = Path(tmp) / "trajectories.parquet"
         write_table(subset, rows, schemas.TRAJECTORIES)
-        summary = run_judge(subset, args.data / "packs", Path(tmp) / "judgements", agent_backend=model,
+        summary = run_judge(subset, paths.packs, Path(tmp) / "judgements", agent_backend=model,
                             text_backend=model)
     figures = {}
-    print(f"\n{len(rows)} rollouts, both judges backed by {args.checkpoint}")
+    print(f"\n{len(rows)} rollouts, both judges backed by {checkpoint}")
     print(f"{'judge':<6} {'s/rollout':>10} {'output tokens':>14} {'tokens/rollout':>15} {'accepted':>9}")
     for name, judge in summary["judges"].items():
         figures[name] = {key: judge[key] for key in ("seconds_per_rollout", "output_tokens",

@@ -36,7 +36,7 @@ SYSTEM = ("You are an agent working in a file workspace. Read the request and th
 
 def load_packs(packs_dir: Path | None, episodes: int, turns: int) -> list:
     """Tasks with at least ``turns`` reference steps, from ``packs_dir`` or built at the default scale."""
-    from interlock.pipeline import iter_packs
+    from interlock.synthesis.tasks import iter_packs
 
     if packs_dir is None or not packs_dir.is_dir():
         packs_dir = build_default_packs(Path(tempfile.mkdtemp(prefix="interlock-bench-")))
@@ -49,27 +49,20 @@ def load_packs(packs_dir: Path | None, episodes: int, turns: int) -> list:
 
 
 def build_default_packs(out: Path) -> Path:
-    import yaml
+    """The default scale's task packs, synthesized with the real stage functions into ``out``."""
+    from interlock.core.config import Params, compose_params
+    from interlock.synthesis.stage import blueprints, domains, graphs, packs
 
-    from interlock.blueprints import TaskSize
-    from interlock.pipeline import run_blueprints, run_domains, run_graphs, run_packs
-
-    scale = yaml.safe_load((ROOT / "conf" / "scale" / "default.yaml").read_text())
-    seed = int(yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["seed"])
-    run_domains(out / "domains.parquet")
-    run_blueprints(out / "domains.parquet", out / "blueprints.parquet", seed=seed,
-                   train_domains=scale["train_domains"], heldout_domains=scale["heldout_domains"],
-                   tasks_per_domain=scale["tasks_per_domain"], size=TaskSize(**scale["task_size"]),
-                   row_group_tasks=scale["row_group_tasks"])
-    run_graphs(out / "domains.parquet", out / "blueprints.parquet", out / "graphs")
-    run_packs(out / "domains.parquet", out / "graphs", out / "packs")
-    return out / "packs"
+    params = Params.model_validate(compose_params(ROOT / "conf"))
+    paths = params.paths.rebase(data=out)
+    for stage in (domains, blueprints, graphs, packs):
+        stage(params, paths)
+    return paths.packs
 
 
 def conversations(packs: list, turns: int) -> list[list[tuple]]:
     """Per episode and turn, the messages the model sees before it generates."""
-    from interlock.agents.messages import Message
-    from interlock.workspace import ToolCall
+    from interlock.core.chat import Message, ToolCall
 
     episodes = []
     for pack in packs:
@@ -107,8 +100,8 @@ class Side:
 
 
 def engine_turn(side: Side, backend, episodes: list[list[tuple]], turn: int, max_new: int) -> None:
-    from interlock.agents.backends import ChatRequest
-    from interlock.workspace import TOOL_SPECS
+    from interlock.core.backend import ChatRequest
+    from interlock.synthesis.workspace import TOOL_SPECS
 
     requests = [ChatRequest(f"episode-{i}", convo[turn], tuple(TOOL_SPECS), max_new_tokens=max_new,
                             temperature=0.0, seed=i) for i, convo in enumerate(episodes)]
@@ -128,7 +121,7 @@ def naive_turn(side: Side, model, tokenizer, episodes: list[list[tuple]], turn: 
     import torch
 
     from interlock.models.chat_template import openai_tools
-    from interlock.workspace import TOOL_SPECS
+    from interlock.synthesis.workspace import TOOL_SPECS
 
     tokenizer.padding_side = "left"
     tools = openai_tools(TOOL_SPECS)
@@ -158,8 +151,9 @@ def naive_turn(side: Side, model, tokenizer, episodes: list[list[tuple]], turn: 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", type=Path, default=ROOT / "data" / "models" / "base")
-    parser.add_argument("--packs", type=Path, default=ROOT / "data" / "packs")
+    parser.add_argument("--checkpoint", type=Path, default=None, help="default: the run's base checkpoint")
+    parser.add_argument("--packs", type=Path, default=None,
+                        help="task packs (default: the repository's, else built at the default scale)")
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=48)
@@ -169,11 +163,16 @@ def main(argv: list[str] | None = None) -> int:
                              "what the KV reuse gains from what the attention kernel gains")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
+    from interlock.analysis.artifacts import repository_paths
+
+    paths = repository_paths(ROOT)
+    args.checkpoint = args.checkpoint or paths.base_model
+    args.packs = args.packs or paths.packs
 
     import torch
 
-    from interlock.agents.backends.transformers_backend import TransformersBackend
     from interlock.models.checkpoint import load_checkpoint, read_manifest
+    from interlock.models.transformers_backend import TransformersBackend
 
     torch.set_num_threads(args.threads)
     model, tokenizer = load_checkpoint(args.checkpoint)

@@ -25,9 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import cache
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -40,12 +39,16 @@ TARGET_RSS_RATIO = 1.5
 
 # ----------------------------------------------------------------------------- configuration
 
-def read_yaml(path: Path) -> dict:
-    return yaml.safe_load(path.read_text())
+@cache
+def composed(*overrides: str) -> dict:
+    """``conf/`` composed as DVC composes it (with these Hydra overrides)."""
+    from interlock.core.config import compose_params
+
+    return compose_params(CONF, list(overrides))
 
 
 def scale_conf(name: str) -> dict:
-    return read_yaml(CONF / "scale" / f"{name}.yaml")
+    return composed(f"scale={name}")["scale"]
 
 
 def git_revision() -> str:
@@ -61,7 +64,7 @@ def git_revision() -> str:
 
 
 def default_seed() -> int:
-    return int(read_yaml(CONF / "config.yaml")["seed"])
+    return int(composed()["seed"])
 
 
 def split_counts(total: int, weights: dict[str, int]) -> dict[str, int]:
@@ -146,8 +149,9 @@ def child(args: argparse.Namespace) -> None:
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)
 
-    from interlock.blueprints import TaskSize
-    from interlock.pipeline import run_blueprints, run_domains, run_graphs, run_packs, run_review
+    from interlock.core.types import TaskSize
+    from interlock.review.stage import run_review
+    from interlock.synthesis.stage import run_blueprints, run_domains, run_graphs, run_packs
 
     plan = json.loads(args.child_plan)
     size = TaskSize(**plan["task_size"])
@@ -302,9 +306,10 @@ def main(argv: list[str] | None = None) -> None:
         args.row_group_tasks = int(scale["row_group_tasks"])
     if args.seed is None:
         args.seed = default_seed()
-    from interlock.catalog import CATALOG_PATH, load_catalog
+    from interlock.core.resources import resource
+    from interlock.synthesis.catalog import CATALOG, load_catalog
 
-    args.catalog = (args.catalog or CATALOG_PATH).resolve()
+    args.catalog = (args.catalog or resource(CATALOG)).resolve()
     catalog = load_catalog(args.catalog)
     n_train, n_heldout = len(catalog.split("train")), len(catalog.split("heldout"))
     task_size = dict(scale["task_size"])

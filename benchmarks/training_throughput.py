@@ -127,29 +127,29 @@ def release_memory() -> None:
 
 # ----------------------------------------------------------------------------- the examples
 
-def choose_trajectories(data: Path, minimum: int, workdir: Path) -> tuple[Path, str]:
+def choose_trajectories(data: Path | None, minimum: int, workdir: Path) -> tuple[Path, str]:
     """The accepted set when it holds ``minimum`` rows, else the demonstrations (made on the fly
-    into ``workdir`` when ``data/demos`` is not there)."""
+    into ``workdir`` when the demos artifact is not there); ``data``: the artifacts' folder (None:
+    the repository's)."""
     import pyarrow.parquet as pq
 
-    from interlock.artifacts import Artifacts
+    from interlock.analysis.artifacts import repository_paths
 
-    artifacts = Artifacts(data)
-    for path, what in ((artifacts.accepted, "accepted trajectories"),
-                       (artifacts.demos, "oracle demonstrations")):
+    paths = repository_paths(ROOT, data=data)
+    for path, what in ((paths.accepted_table, "accepted trajectories"),
+                       (paths.demos_table, "oracle demonstrations")):
         if path.exists():
             rows = pq.ParquetFile(path).metadata.num_rows
             if rows >= minimum:
                 return path, f"{what}, {path} ({rows} rows)"
             print(f"{path}: {rows} rows, fewer than {minimum}; not used", flush=True)
-    from interlock.pipeline import load_domains
-    from interlock.rollouts import admitted_tasks, write_demonstrations
+    from interlock.rollout.runs import write_demonstrations
+    from interlock.synthesis.tasks import admitted_tasks, load_domains
 
     out = workdir / "demos.parquet"
-    tasks = admitted_tasks(artifacts.review, artifacts.packs, artifacts.graphs,
-                           load_domains(artifacts.domains), "demo")
+    tasks = admitted_tasks(paths, load_domains(paths.domains), "demo")
     write_demonstrations(tasks, out, seed=1, workdir=workdir / "episodes")
-    return out, f"oracle demonstrations of the admitted demo pool of {data}, written to {out}"
+    return out, f"oracle demonstrations of the admitted demo pool of {paths.data}, written to {out}"
 
 
 def load_examples(trajectories: Path, checkpoint: Path, count: int, seed: int, max_length: int) -> list:
@@ -242,8 +242,9 @@ def run_project(side: Side, checkpoint: Path, examples: list, *, batch_tokens: i
                 gradient_accumulation: int, learning_rate: float, warmup_steps: int, weight_decay: float,
                 max_grad_norm: float, seed: int, workdir: Path, max_context: int) -> None:
     """:func:`interlock.training.trainer.fine_tune` with the given token budget, one epoch."""
+    from interlock.core.config import Recipe
     from interlock.training.examples import ExampleSet
-    from interlock.training.trainer import Recipe, fine_tune, step_plan
+    from interlock.training.trainer import fine_tune, step_plan
 
     data = ExampleSet(list(examples), [], [])
     recipe = Recipe(epochs=1, learning_rate=learning_rate, batch_tokens=batch_tokens,
@@ -342,24 +343,28 @@ def print_table(result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import yaml
+    from interlock.analysis.artifacts import repository_paths
+    from interlock.core.config import Params, compose_params
 
-    train = yaml.safe_load((ROOT / "conf" / "train" / "full.yaml").read_text())
+    train = Params.model_validate(compose_params(ROOT / "conf")).train
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=ROOT / "data")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="the artifacts' folder (default: the repository's)")
     parser.add_argument("--trajectories", type=Path,
                         help="a TRAJECTORIES table (default: see the module doc)")
-    parser.add_argument("--checkpoint", type=Path, default=ROOT / "data" / "models" / "base")
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="the model both sides train (default: the run's base checkpoint)")
     parser.add_argument("--examples", type=int, default=8, help="examples each side trains on (one epoch)")
     parser.add_argument("--batch-size", type=int, default=4, help="the baseline's examples per step")
-    parser.add_argument("--batch-tokens", type=int, nargs="+", default=[train["batch_tokens"]],
+    parser.add_argument("--batch-tokens", type=int, nargs="+", default=[train.batch_tokens],
                         help="the project's token budget per packed row; several values run several "
-                             "project sides (default: conf/train/full.yaml)")
-    parser.add_argument("--learning-rate", type=float, default=train["rft"]["learning_rate"])
+                             "project sides (default: the train config's)")
+    parser.add_argument("--learning-rate", type=float, default=train.rft.learning_rate)
     parser.add_argument("--rounds", type=int, default=1, help="repeat both sides, alternating the order")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
+    args.checkpoint = args.checkpoint or repository_paths(ROOT, data=args.data).base_model
 
     import torch
     from transformers import AutoConfig
@@ -383,9 +388,9 @@ def main(argv: list[str] | None = None) -> int:
               f"activations of {args.batch_size} x {lengths[-1]} positions); {have / 2**30:.0f} GiB is "
               "available: lower --batch-size if it is killed", flush=True)
     result = compare(args.checkpoint, examples, batch_size=args.batch_size, batch_tokens=args.batch_tokens,
-                     gradient_accumulation=train["gradient_accumulation"], learning_rate=args.learning_rate,
-                     warmup_steps=train["warmup_steps"], weight_decay=train["weight_decay"],
-                     max_grad_norm=train["max_grad_norm"], seed=args.seed, rounds=args.rounds,
+                     gradient_accumulation=train.gradient_accumulation, learning_rate=args.learning_rate,
+                     warmup_steps=train.warmup_steps, weight_decay=train.weight_decay,
+                     max_grad_norm=train.max_grad_norm, seed=args.seed, rounds=args.rounds,
                      max_context=max_context)
     result["trajectories"] = described
     print_table(result)

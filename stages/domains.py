@@ -1,16 +1,9 @@
-"""Stage `domains`: the domain catalog, with its train / held-out split."""
+"""Stage `domains`: the domain catalog, with its train / held-out split.
 
-from common import run_stage
+Its library side is `interlock.synthesis.stage.domains`."""
 
-from interlock.artifacts import Artifacts
-from interlock.config import Params
-from interlock.pipeline import run_domains
-
-
-def main(params: Params, data: Artifacts) -> None:
-    catalog = run_domains(data.domains)
-    print(f"domains: {len(catalog.split('train'))} train, {len(catalog.split('heldout'))} held-out")
-
+from interlock.core.runner import run_stage
+from interlock.synthesis.stage import domains
 
 if __name__ == "__main__":
-    run_stage("domains", main)
+    run_stage("domains", domains)

@@ -1,15 +1,9 @@
-"""Stage `graphs`: one completion graph per blueprint (nodes, edges, hyperedges)."""
+"""Stage `graphs`: one completion graph per blueprint (nodes, edges, hyperedges).
 
-from common import run_stage
+Its library side is `interlock.synthesis.stage.graphs`."""
 
-from interlock.artifacts import Artifacts
-from interlock.config import Params
-from interlock.pipeline import run_graphs
-
-
-def main(params: Params, data: Artifacts) -> None:
-    print(f"graphs: {run_graphs(data.domains, data.blueprints, data.graphs)}")
-
+from interlock.core.runner import run_stage
+from interlock.synthesis.stage import graphs
 
 if __name__ == "__main__":
-    run_stage("graphs", main)
+    run_stage("graphs", graphs)

@@ -1,9 +1,10 @@
 """Stage `train`: rejection-sampling fine-tuning: the starting policy on its own accepted
-trajectories (none accepted: an untrained copy, said plainly in the metrics)."""
+trajectories, once per seed.
 
-from common import run_stage
+Its library side is `interlock.training.stage.train`."""
 
-from interlock.training.stage import run_fine_tuning
+from interlock.core.runner import run_stage
+from interlock.training.stage import train
 
 if __name__ == "__main__":
-    run_stage("train", lambda params, data: run_fine_tuning(params, data, "rft"))
+    run_stage("train", train)

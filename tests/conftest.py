@@ -4,27 +4,23 @@ backbone, each built once."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from interlock.blueprints import TaskSize, make_blueprint, stable_seed
-from interlock.catalog import load_catalog
-from interlock.config import write_params
-from interlock.graph import build_graph
-from interlock.pipeline import build_pack
+from interlock.core.config import write_params
+from interlock.core.seeds import stable_seed
+from interlock.core.types import TaskSize
+from interlock.synthesis.blueprints import make_blueprint
+from interlock.synthesis.catalog import load_catalog
+from interlock.synthesis.graph import build_graph
+from interlock.synthesis.stage import build_pack
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-#: what W&B and DVC may inherit from the caller's environment that would send the smoke run's
-#: tracking or experiment names elsewhere
-ISOLATED = ("WANDB_MODE", "WANDB_DIR", "WANDB_DISABLED", "DVC_ROOT", "DVC_EXP_NAME", "DVC_STAGE")
-#: the smoke run's evaluation pools: the default's benchmark and the opt-in BFCL pool
-SMOKE_POOLS = "eval.pools=[benchmark,bfcl]"
+from helpers.repo import SMOKE, commit, dvc, tracked_copy, tree_digest
 
 
 @pytest.fixture(scope="session")
@@ -55,40 +51,41 @@ def tiny_checkpoint(tmp_path_factory, tasks):
     return build_tiny(tmp_path_factory.mktemp("models") / "tiny", pack_texts(t[3] for t in tasks), seed=7)
 
 
-def user_env() -> dict[str, str]:
-    """The environment a user's command runs in: the venv's tools first on PATH, W&B offline."""
-    env = {key: value for key, value in os.environ.items() if key not in ISOLATED}
-    env.update(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", DVC_NO_ANALYTICS="1", WANDB_MODE="offline",
-               WANDB_SILENT="true")
-    return env
+@pytest.fixture(scope="session")
+def smoke_repo(tmp_path_factory) -> Iterator[Path]:
+    """A clean copy of the repository at the smoke experiment, after one `dvc repro`: the pipeline
+    runs once per test session and every test that needs its artifacts shares it. Its evaluation
+    adds the opt-in BFCL pool, so the adapter runs end to end, BFCL's checker included.
+
+    It is read-only: a test that changes anything works on :func:`smoke_copy`. At the end of the
+    session every file is checked to be as the run left it."""
+    root = tracked_copy(tmp_path_factory.mktemp("smoke") / "repo")
+    write_params(root / "conf", root / "params.yaml", list(SMOKE))
+    commit(root, "smoke")
+    dvc("repro", cwd=root)
+    before = tree_digest(root)
+    yield root
+    changed = sorted(set(before.items()) ^ set(tree_digest(root).items()))
+    assert not changed, f"a test changed the shared smoke run (use smoke_copy): {changed[:5]}"
 
 
-def run(args: list[str], cwd: Path, *, stdout_only: bool = False, check: bool = True) -> str:
-    """Run a command the way a user would in ``cwd``; fail the test with its output if it fails
-    (unless ``check`` is false: a failure is the point)."""
-    done = subprocess.run(args, cwd=cwd, env=user_env(), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0 or not check, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout if stdout_only else done.stdout + done.stderr
+@pytest.fixture
+def smoke_copy(smoke_repo, tmp_path) -> Path:
+    """A copy of the smoke run (its git history, DVC cache and artifacts) that a test may change."""
+    copy = tmp_path / "smoke"
+    shutil.copytree(smoke_repo, copy, ignore=shutil.ignore_patterns("wandb"))
+    return copy
 
 
 @pytest.fixture(scope="session")
-def smoke_repo(tmp_path_factory) -> Path:
-    """A copy of the repository's tracked files at the smoke scale, after one `dvc repro`: the
-    pipeline runs once per test session and every test that needs its artifacts shares it. Its
-    evaluation adds the opt-in BFCL pool, so the adapter runs end to end, BFCL's checker included."""
-    root = tmp_path_factory.mktemp("smoke") / "repo"
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout.split()
-    for name in listed:
-        if (REPO / name).is_file() and not name.startswith(("data/", "metrics/")) and name != "dvc.lock":
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, root / name)
-    write_params(root / "conf", root / "params.yaml", ["scale=smoke", SMOKE_POOLS])
-    run(["git", "init", "-q"], root)
-    run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "add", "-A"], root)
-    run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "smoke"], root)
-    run([str(BIN / "dvc"), "repro"], root)
-    return root
+def network_isolation() -> str:
+    """What this machine lets the sandbox do to keep a process off the network, probed once: a
+    network namespace of its own (``netns``), or, where the kernel refuses one to an unprivileged
+    process, disabled sockets (``sockets-disabled``)."""
+    probe = ("import ctypes, sys\n"
+             "sys.exit(ctypes.CDLL(None, use_errno=True).unshare(0x40000000) != 0)  # CLONE_NEWNET\n")
+    refused = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=60).returncode
+    return "sockets-disabled" if refused else "netns"
 
 
 KERNEL = "interlock-venv"

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import BIN, user_env
-from conftest import run as _run
 
-from interlock.ablations import ablation_frame, plot_breadth, plot_judges, read_experiments
+from interlock.analysis.ablations import ablation_frame, plot_breadth, plot_judges, read_experiments
+
+from helpers.repo import BIN, user_env
+from helpers.repo import run as _run
 
 REPO = Path(__file__).resolve().parents[1]
 GIT = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
@@ -41,7 +42,7 @@ def swept(smoke_repo, tmp_path_factory) -> Iterator[Path]:
     shutil.copytree(smoke_repo, repo, ignore=shutil.ignore_patterns("wandb"))
     _run([*GIT, "add", "-A"], repo)
     _run([*GIT, "commit", "-qm", "the smoke run"], repo)
-    # `dvc exp run -S` composes conf/ from its defaults plus the overrides: the scale is one of them.
+    # `dvc exp run -S` composes conf/ from its defaults plus the overrides: the experiment is one of them.
     # The breadth sweep uses the text judge: the agent judge accepts the smoke scale's noisy
     # solver in only 3 of its 4 domains, too few for d4 (an error that says so; see test_sampling).
     # The judge sweep holds the trajectory count with a breadth, as the README's command does: 2
@@ -50,7 +51,7 @@ def swept(smoke_repo, tmp_path_factory) -> Iterator[Path]:
     sweeps = (("domains=d2,d4", ("judge=text",), "breadth"),
               ("judge=agent,text", ("domains=d2", "scale.breadth_trajectories=2"), "judge"))
     for sweep, fixed, group in sweeps:
-        _dvc(repo, "exp", "run", "--queue", "-S", "scale=smoke", "-S", sweep,
+        _dvc(repo, "exp", "run", "--queue", "-S", "experiment=smoke", "-S", sweep,
              *(arg for setting in fixed for arg in ("-S", setting)), "-S", f"tracking.group={group}")
     # the worker it starts lives on after the command: give it no pipe to hold open
     subprocess.run([str(BIN / "dvc"), "queue", "start"], cwd=repo, env=user_env(), stdout=subprocess.DEVNULL,
@@ -93,7 +94,7 @@ def test_every_run_of_a_sweep_shares_its_wandb_group(swept) -> None:
     """W&B compares a sweep through its group: each experiment's stage runs, written offline from
     DVC's temporary workspaces into the repository's wandb/ folder, carry the sweep's group and the
     experiment's name."""
-    from interlock.tracking import read_offline_run
+    from interlock.analysis.wandb_runs import read_offline_run
 
     runs = [read_offline_run(folder) for folder in sorted((swept / "wandb").glob("offline-run-*"))]
     for group in ("breadth", "judge"):

@@ -10,12 +10,11 @@ import sys
 
 import pytest
 
-from interlock import schemas
-from interlock.agents.backends import ChatRequest, Completion, TaskContext
-from interlock.agents.protocol import render_turn
-from interlock.agents.rollout import Episode, RolloutLimits, run_episodes
-from interlock.agents.trajectory import Trajectory
-from interlock.errors import InterlockError
+from interlock.core import schemas
+from interlock.core.backend import ChatRequest, Completion
+from interlock.core.chat import ToolCall, render_turn
+from interlock.core.errors import InterlockError
+from interlock.core.io import read_rows
 from interlock.evaluation import bfcl
 from interlock.evaluation.benchmarks import RunSettings
 from interlock.evaluation.bfcl import (
@@ -27,8 +26,8 @@ from interlock.evaluation.bfcl import (
     ground_truth_calls,
     load_tasks,
 )
-from interlock.io import read_rows
-from interlock.workspace import ToolCall
+from interlock.rollout.engine import Episode, RolloutLimits, run_episodes
+from interlock.rollout.trajectory import Trajectory
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +58,8 @@ class Replies:
     def __init__(self, reply) -> None:
         self.reply, self.tasks = reply, {}
 
-    def begin(self, key: str, task: TaskContext) -> None:
-        self.tasks[key] = task.pack
+    def begin(self, key: str, task: bfcl.BfclTask) -> None:
+        self.tasks[key] = task
 
     def complete(self, requests: list[ChatRequest]) -> list[Completion]:
         completions = []
@@ -137,7 +136,7 @@ def test_calls_outside_the_tasks_functions_never_reach_bfcl(bench, tmp_path, mon
                 ToolCall("ls", {"a=__import__('os').getcwd(),b": True}),  # an argument name that injects code
                 ToolCall("ls", {"a": True})]
     backend = Replies(lambda t, turn, step: render_turn("", attempts) if turn == step == 0 else "Done.")
-    episode = Episode("refused", TaskContext(task.task_id, task), task.domain_id, "bfcl", "p", 0, 0,
+    episode = Episode("refused", task, task.domain_id, "bfcl", "p", 0, 0,
                       open_environment=BfclEnvironment)
     (trajectory,) = run_episodes([episode], backend, RolloutLimits(max_turns=STEP_LIMIT), tmp_path)
     assert executed == ["ls(a=True)"]
@@ -153,7 +152,7 @@ def test_calls_outside_the_tasks_functions_never_reach_bfcl(bench, tmp_path, mon
 def test_a_user_turn_ends_the_episode_at_the_step_limit(bench, tmp_path) -> None:
     task = next(t for t in bench.bfcl_tasks if t.domain_id == "GorillaFileSystem")
     loop = Replies(lambda t, turn, step: render_turn("", [ToolCall("pwd")]))
-    episode = Episode("loop", TaskContext(task.task_id, task), task.domain_id, "bfcl", "p", 0, 0,
+    episode = Episode("loop", task, task.domain_id, "bfcl", "p", 0, 0,
                       open_environment=BfclEnvironment)
     (trajectory,) = run_episodes([episode], loop, RolloutLimits(max_turns=STEP_LIMIT), tmp_path)
     assert trajectory.finish_reason == "max_turns" and trajectory.turns == STEP_LIMIT == 20

@@ -6,14 +6,9 @@ import dataclasses
 
 import pytest
 
-from interlock.blueprints import (
-    Blueprint,
-    TaskSize,
-    check_pools,
-    generate_blueprints,
-    select_domains,
-)
-from interlock.errors import InterlockError
+from interlock.core.errors import InterlockError
+from interlock.core.types import TaskSize
+from interlock.synthesis.blueprints import Blueprint, check_pools, generate_blueprints, select_domains
 
 POOL_SIZES = {"demo": 2, "rft": 2, "dev": 1, "benchmark": 2}
 

@@ -8,9 +8,10 @@ import re
 import pytest
 import yaml
 
-from interlock.catalog import CATALOG_PATH, Domain, check_catalog, load_catalog
-from interlock.errors import InterlockError
-from interlock.kinds import CouplingKindName, DecisionKindName, EffectKindName
+from interlock.core.errors import InterlockError
+from interlock.core.resources import resource
+from interlock.synthesis.catalog import CATALOG, Domain, check_catalog, load_catalog
+from interlock.synthesis.kinds import CouplingKindName, DecisionKindName, EffectKindName
 
 
 @pytest.fixture(scope="module")
@@ -222,5 +223,6 @@ def test_malformed_declaration_names_field(tmp_path, mutate, field):
     assert error.field.startswith(field) and f"field {error.field}" in str(error)
 
 
-def test_shipped_catalog_path_is_the_default():
-    assert CATALOG_PATH.name == "domains.yaml" and CATALOG_PATH.is_file()
+def test_the_default_catalog_is_the_packages_resource():
+    path = resource(CATALOG)
+    assert path.is_file() and load_catalog().source == str(path)

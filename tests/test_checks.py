@@ -12,14 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from interlock.blueprints import TaskSize, make_blueprint, stable_seed
-from interlock.checks import View, realization_check, run_check, same, sha
-from interlock.graph import build_graph
-from interlock.kinds.couplings import COUPLING_KINDS
-from interlock.kinds.effects import REGISTER_PATH, Realization, document_text
-from interlock.oracle import replay
-from interlock.pipeline import build_pack
-from interlock.workspace import MemoryStore, ToolCall, execute, format_csv, materialize
+from interlock.core.chat import ToolCall
+from interlock.core.seeds import stable_seed
+from interlock.core.types import TaskSize
+from interlock.synthesis.blueprints import make_blueprint
+from interlock.synthesis.checks import View, realization_check, run_check, same, sha
+from interlock.synthesis.graph import build_graph
+from interlock.synthesis.kinds.couplings import COUPLING_KINDS
+from interlock.synthesis.kinds.effects import REGISTER_PATH, Realization, document_text
+from interlock.synthesis.oracle import replay
+from interlock.synthesis.stage import build_pack
+from interlock.synthesis.workspace import MemoryStore, execute, format_csv, materialize
 
 CASES = "id,employee,amount,status\nC-1,Ana Okafor,420,pending\nC-2,Ben Moreau,150,pending\n" \
         "C-0,Old Case,99,closed\n"

@@ -13,13 +13,19 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from interlock.artifacts import Artifacts
-from interlock.blueprints import TaskSize, make_blueprint, stable_seed
-from interlock.catalog import load_catalog
-from interlock.cli import main
-from interlock.draw import draw_graph
-from interlock.graph import build_graph
-from interlock.pipeline import iter_graphs, run_blueprints, run_domains, run_graphs, run_packs, run_review
+from interlock.analysis.artifacts import Artifacts, repository_paths
+from interlock.analysis.cli import main
+from interlock.analysis.draw import draw_graph
+from interlock.core.seeds import stable_seed
+from interlock.core.types import TaskSize
+from interlock.review.stage import run_review
+from interlock.synthesis.blueprints import make_blueprint
+from interlock.synthesis.catalog import load_catalog
+from interlock.synthesis.graph import build_graph
+from interlock.synthesis.stage import run_blueprints, run_domains, run_graphs, run_packs
+from interlock.synthesis.tasks import iter_graphs
+
+from helpers.repo import REPO
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +91,7 @@ def test_tasks_filter_by_domain_and_admitted(data, tasks, capsys):
 
 
 def test_task_rows_count_the_graph(data, tasks):
-    rows = {r["task_id"]: r for r in Artifacts(data).task_rows()}
+    rows = {r["task_id"]: r for r in Artifacts(repository_paths(REPO, data=data)).task_rows()}
     graphs = [g for batch in iter_graphs(data / "graphs") for g in batch]
     assert set(rows) == {t["task_id"] for t in tasks}
     for graph in graphs:
@@ -99,7 +105,7 @@ def test_task_rows_count_the_graph(data, tasks):
 def test_one_task_reads_the_same_graph_as_the_stream(data, tasks):
     task_id = tasks[-1]["task_id"]
     streamed = next(g for batch in iter_graphs(data / "graphs") for g in batch if g.task_id == task_id)
-    loaded = Artifacts(data).graph(task_id)
+    loaded = Artifacts(repository_paths(REPO, data=data)).graph(task_id)
     assert loaded.nodes == streamed.nodes
     assert loaded.edges == streamed.edges
     assert loaded.hyperedges == streamed.hyperedges
@@ -107,7 +113,7 @@ def test_one_task_reads_the_same_graph_as_the_stream(data, tasks):
 
 def test_show_prints_request_contract_rubric_reference_and_verdict(data, tasks, capsys):
     task_id = tasks[0]["task_id"]
-    pack = Artifacts(data).pack(task_id)
+    pack = Artifacts(repository_paths(REPO, data=data)).pack(task_id)
     code, out, _ = run(capsys, "--data", str(data), "show", task_id)
     assert code == 0
     for line in pack.request.splitlines():

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from interlock.config import Params, compose_params, load_params, params_text, write_params
-from interlock.errors import InterlockError
+from interlock.core.config import Params, compose_params, load_params, params_text, write_params
+from interlock.core.errors import InterlockError
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -24,9 +24,11 @@ PARAMS = ROOT / "params.yaml"
 SCALE_TRAIN_DOMAINS = {"smoke": 4, "default": 16, "paper": 128}
 DOMAIN_OPTIONS = ["d2", "d4", "d8", "d16", "d32", "d64", "d128"]
 JUDGE_OPTIONS = ["agent", "text"]
-#: backbone option -> its source; the smoke scale picks tiny, every other scale the default smollm2
+#: backbone option -> its source
 BACKBONE_SOURCES = {"tiny": "tiny", "smollm2": "gguf_wheel", "hub": "pretrained"}
-SCALE_BACKBONE = {"smoke": "tiny", "default": "smollm2", "paper": "smollm2"}
+#: experiment -> the choices it presets: (scale, backbone, RFT seeds)
+EXPERIMENTS = {"default": ("default", "smollm2", 2), "smoke": ("smoke", "tiny", 3),
+               "paper": ("paper", "hub", 3)}
 
 
 def compose_config(overrides: list[str] | None = None) -> dict:
@@ -70,12 +72,11 @@ def test_scale_option_composes(option: str) -> None:
     assert set(scale.task_size.model_dump()) == {"decisions", "effects_per_decision", "couplings",
                                                  "distractors"}
     assert all(isinstance(v, int) and v > 0 for v in scale.tasks_per_domain.values())
-    assert all(isinstance(v, int) and v >= 0 for v in scale.task_size.model_dump().values())
-    assert scale.row_group_tasks > 0
-    # Choosing a scale leaves the other groups and top-level keys at their defaults.
-    assert cfg["domains"]["name"] == "all"
-    assert cfg["seed"] == 20261129
-    assert scale.breadth_trajectories > 0
+    assert scale.row_group_tasks > 0 and scale.breadth_trajectories > 0
+    # a scale sets sizes and nothing else: every other group and key stays at its default
+    default = compose_config()
+    assert {k: v for k, v in cfg.items() if k != "scale"} == {
+        k: v for k, v in default.items() if k != "scale"}
 
 
 @pytest.mark.parametrize("option", DOMAIN_OPTIONS)
@@ -149,14 +150,32 @@ def test_backbone_option_composes(option: str) -> None:
         k: v for k, v in default.items() if k != "backbone"}
 
 
-@pytest.mark.parametrize("scale", sorted(SCALE_BACKBONE))
-def test_each_scale_picks_its_backbone(scale: str) -> None:
-    assert compose_config([f"scale={scale}"])["backbone"]["name"] == SCALE_BACKBONE[scale]
+def test_the_experiment_options_are_the_expected_ones() -> None:
+    assert _options("experiment") == sorted(EXPERIMENTS)
+    assert compose_config()["experiment"] == "default"
 
 
-@pytest.mark.parametrize("overrides", [["scale=smoke", "backbone=hub"], ["backbone=hub", "scale=smoke"],
-                                       ["scale=smoke", "backbone=smollm2"]])
-def test_a_backbone_choice_beats_the_scale_default(overrides: list[str]) -> None:
+@pytest.mark.parametrize("experiment", sorted(EXPERIMENTS))
+def test_each_experiment_presets_scale_backbone_and_seeds(experiment: str) -> None:
+    """Presets that set several groups at once are experiments, not side effects of a size."""
+    cfg = compose_config([f"experiment={experiment}"])
+    assert cfg["experiment"] == experiment
+    scale, backbone, seeds = EXPERIMENTS[experiment]
+    assert (cfg["scale"]["name"], cfg["backbone"]["name"], cfg["train"]["seeds"]) == (
+        scale, backbone, seeds)
+    # and nothing else: every other group stays at its default
+    default = compose_config()
+    preset = {"experiment", "scale", "backbone", "train"}
+    assert {k: v for k, v in cfg.items() if k not in preset} == {
+        k: v for k, v in default.items() if k not in preset}
+    assert {k: v for k, v in cfg["train"].items() if k != "seeds"} == {
+        k: v for k, v in default["train"].items() if k != "seeds"}
+
+
+@pytest.mark.parametrize("overrides", [["experiment=smoke", "backbone=hub"],
+                                       ["backbone=hub", "experiment=smoke"],
+                                       ["experiment=smoke", "backbone=smollm2"]])
+def test_a_backbone_choice_beats_the_experiments(overrides: list[str]) -> None:
     cfg = compose_config(overrides)
     assert cfg["scale"]["name"] == "smoke"
     chosen = next(o for o in overrides if o.startswith("backbone=")).split("=")[1]
@@ -219,10 +238,10 @@ def test_the_default_evaluation_compares_original_demonstration_and_rft() -> Non
 
 
 @pytest.mark.parametrize(("overrides", "seeds"), [
-    ([], 2), (["train=lora"], 2), (["scale=smoke"], 3), (["scale=paper"], 3),
-    (["train.seeds=3"], 3), (["train.seeds=5", "scale=default"], 5)])
-def test_the_default_scale_trains_two_seeds_and_a_command_line_count_wins(overrides, seeds) -> None:
-    """`train.seeds` is 3 by default; the default scale sets 2 to fit its 30-minute budget."""
+    ([], 2), (["train=lora"], 2), (["scale=smoke"], 2), (["experiment=smoke"], 3), (["experiment=paper"], 3),
+    (["train.seeds=3"], 3), (["train.seeds=5", "experiment=default"], 5)])
+def test_the_default_run_trains_two_seeds_and_a_command_line_count_wins(overrides, seeds) -> None:
+    """`train.seeds` is 3 in the recipe; the default experiment sets 2 to fit its 30-minute budget."""
     cfg = compose_config(overrides)
     assert cfg["train"]["seeds"] == seeds
     assert Params.model_validate(cfg).train.seeds == seeds

@@ -14,29 +14,26 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from interlock import schemas
-from interlock.agents.backends import TaskContext
-from interlock.agents.rollout import RolloutLimits, run_episodes
-from interlock.agents.scripted import ScriptedBackend
-from interlock.agents.trajectory import Trajectory
-from interlock.config import BackboneConfig
-from interlock.errors import InterlockError
-from interlock.evaluation import (
-    AdmittedPool,
+from interlock.core import schemas
+from interlock.core.config import BackboneConfig
+from interlock.core.errors import InterlockError
+from interlock.core.io import read_rows, write_table
+from interlock.evaluation.benchmarks import AdmittedPool, RunSettings, rollout_id
+from interlock.evaluation.metrics import (
     EpisodeResult,
-    Model,
-    RunSettings,
-    checkpoint_models,
+    bootstrap_indices,
     grade_episode,
-    rollout_id,
-    run_evaluation,
+    paired_delta,
     summarize_pool,
 )
-from interlock.evaluation.metrics import bootstrap_indices, paired_delta
-from interlock.io import read_rows, write_table
-from interlock.judges.agent import AgentJudge
-from interlock.packs import Criterion
-from interlock.rollouts import plan_episodes
+from interlock.evaluation.run import Model, checkpoint_models, run_evaluation
+from interlock.judging.agent import AgentJudge
+from interlock.rollout.engine import RolloutLimits, run_episodes
+from interlock.rollout.runs import plan_episodes
+from interlock.rollout.scripted import ScriptedBackend
+from interlock.rollout.trajectory import Trajectory
+from interlock.synthesis.packs import Criterion
+from interlock.synthesis.tasks import TaskContext
 
 SETTINGS = RunSettings(attempts=2, seed=11, limits=RolloutLimits(max_turns=12), batch_size=4)
 TABLES = ("trajectories.parquet", "results.parquet", "verdicts.parquet")

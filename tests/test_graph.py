@@ -9,14 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from interlock.blueprints import TaskSize, make_blueprint, stable_seed
-from interlock.config import compose_params
-from interlock.errors import InterlockError
-from interlock.graph import CompletionGraph, Edge, Hyperedge, build_graph, graph_rows, graphs_from_rows
-from interlock.kinds.couplings import COUPLING_KINDS
-from interlock.kinds.decisions import DECISION_KINDS
-from interlock.kinds.effects import EFFECT_KINDS
-from interlock.oracle import oracle_calls
+from interlock.core.config import compose_params
+from interlock.core.errors import InterlockError
+from interlock.core.seeds import stable_seed
+from interlock.core.types import TaskSize
+from interlock.synthesis.blueprints import make_blueprint
+from interlock.synthesis.graph import (
+    CompletionGraph,
+    Edge,
+    Hyperedge,
+    build_graph,
+    graph_rows,
+    graphs_from_rows,
+)
+from interlock.synthesis.kinds.couplings import COUPLING_KINDS
+from interlock.synthesis.kinds.decisions import DECISION_KINDS
+from interlock.synthesis.kinds.effects import EFFECT_KINDS
+from interlock.synthesis.oracle import oracle_calls
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

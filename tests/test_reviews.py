@@ -6,11 +6,11 @@ import copy
 
 import pytest
 
-from interlock.packs import REQUEST_PATH
-from interlock.pipeline import review_pack
-from interlock.reviews.controls import control_problems
-from interlock.reviews.coverage import coverage_problems
-from interlock.reviews.critic import critic_problems, public_solution
+from interlock.review.controls import control_problems
+from interlock.review.coverage import coverage_problems
+from interlock.review.critic import critic_problems, public_solution
+from interlock.review.stage import review_pack
+from interlock.synthesis.packs import REQUEST_PATH
 
 
 def test_clean_packs_pass_every_review(tasks):
@@ -21,7 +21,7 @@ def test_clean_packs_pass_every_review(tasks):
 
 def test_public_solver_reproduces_the_oracle(tasks):
     """The critic's public-only solution writes the same files as the oracle's graph-following one."""
-    from interlock.oracle import oracle_calls, replay
+    from interlock.synthesis.oracle import oracle_calls, replay
     for domain, _, graph, pack in tasks:
         _, oracle_final = replay(pack.files, oracle_calls(graph, domain))
         _, public_final = public_solution(pack.public_files())

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from interlock import schemas
-from interlock.agents.backends import TaskContext
-from interlock.agents.protocol import parse_turn, render_turn
-from interlock.agents.rollout import RolloutLimits, run_episodes
-from interlock.agents.scripted import ADVERSARIES, ScriptedBackend
-from interlock.checks import View, run_check
-from interlock.io import read_rows
-from interlock.judges.agent import AgentJudge
-from interlock.judges.base import accepted
-from interlock.rollouts import plan_episodes, run_rollouts
-from interlock.workspace import MemoryStore, ToolCall, apply_changes
+from interlock.core import schemas
+from interlock.core.chat import ToolCall, parse_turn, render_turn
+from interlock.core.io import read_rows
+from interlock.judging.agent import AgentJudge
+from interlock.judging.verdicts import accepted
+from interlock.rollout.engine import RolloutLimits, run_episodes
+from interlock.rollout.runs import plan_episodes, run_rollouts
+from interlock.rollout.scripted import ADVERSARIES, ScriptedBackend
+from interlock.synthesis.checks import View, run_check
+from interlock.synthesis.tasks import TaskContext
+from interlock.synthesis.workspace import MemoryStore, apply_changes
 
 
 def _contexts(tasks) -> list[TaskContext]:

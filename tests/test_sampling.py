@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from interlock import schemas
-from interlock.agents.backends import TaskContext
-from interlock.errors import InterlockError
-from interlock.io import read_rows, write_row_groups
-from interlock.rollouts import scripted_rollouts
-from interlock.sampling import allocate, choose_training_set, domain_order, run_sampling
+from interlock.core import schemas
+from interlock.core.errors import InterlockError
+from interlock.core.io import read_rows, write_row_groups
+from interlock.rollout.runs import scripted_rollouts
+from interlock.synthesis.tasks import TaskContext
+from interlock.training.sampling import allocate, choose_training_set, domain_order, run_sampling
 
 DOMAINS = [f"dom{i:02d}" for i in range(16)]
 

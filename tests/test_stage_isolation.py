@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 
 import yaml
-from conftest import BIN, REPO, run
+
+from helpers.repo import BIN, REPO, run
 
 
 def test_every_stage_command_puts_its_checkouts_library_first() -> None:

@@ -6,6 +6,7 @@ three runs in all and checks everything it can on each.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -17,20 +18,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from interlock.config import Params, TrackingConfig, load_params
-from interlock.errors import InterlockError
-from interlock.tracking import (
+from interlock.analysis.wandb_runs import read_offline_run
+from interlock.core import runner
+from interlock.core.config import Params, TrackingConfig, load_params
+from interlock.core.errors import InterlockError
+from interlock.core.runner import run_stage
+from interlock.core.tracking import (
     StageReport,
     flatten_metrics,
     log_stage,
-    read_offline_run,
     repository_root,
     tracking_mode,
     wandb_dir,
 )
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = REPO / "stages"
 #: what a stage's environment may carry in from the outside, cleared for every test here
 TRACKING_ENV = ("WANDB_MODE", "WANDB_DIR", "WANDB_DISABLED", "DVC_ROOT", "DVC_EXP_NAME", "DVC_STAGE")
 #: enough summary keys that the summary record spans several 32 KiB blocks of the log
@@ -141,16 +143,15 @@ def test_run_stage_in_a_queued_temp_workspace_logs_to_the_original_repository(tm
     repo = tmp_path / "repo"
     work = repo / ".dvc" / "tmp" / "exps" / "tmpk2j8x1"
     work.mkdir(parents=True)
-    params = _params().model_dump(mode="json") | {"data_dir": "data"}
-    (work / "params.yaml").write_text(yaml.safe_dump(params))
+    (work / "params.yaml").write_text(yaml.safe_dump(_params().model_dump(mode="json")))
+    shutil.copy2(REPO / "dvc.yaml", work / "dvc.yaml")
     monkeypatch.chdir(work)
     monkeypatch.setenv("DVC_ROOT", str(work))  # as older DVC set it: the temp workspace
     monkeypatch.setenv("DVC_EXP_NAME", "queued-exp")
-    monkeypatch.syspath_prepend(str(STAGES))
-    from common import run_stage
 
-    run_stage("judge", lambda params, data: StageReport({"calibration": {"accepted": 5}}))
+    run_stage("judge", lambda params, paths: StageReport({"calibration": {"accepted": 5}}))
     assert (work / "metrics" / "timing" / "judge.json").is_file()
+    assert json.loads((work / "metrics" / "judge.json").read_text()) == {"calibration": {"accepted": 5}}
     shutil.rmtree(repo / ".dvc" / "tmp")  # the queue cleans the temp workspace up
     (run_dir,) = (repo / "wandb").glob("offline-run-*")
     run = read_offline_run(run_dir)
@@ -159,14 +160,11 @@ def test_run_stage_in_a_queued_temp_workspace_logs_to_the_original_repository(tm
 
 
 def test_a_tracking_failure_warns_and_keeps_the_stage(monkeypatch, capsys):
-    monkeypatch.syspath_prepend(str(STAGES))
-    import common
-
     def broken(*args, **kwargs):
         raise OSError("No space left on device\nmore detail")
 
-    monkeypatch.setattr(common, "log_stage", broken)
-    assert common.track(_params(), "rollouts", StageReport({"episodes": 1})) is None
+    monkeypatch.setattr(runner, "log_stage", broken)
+    assert runner.track(_params(), "rollouts", StageReport({"episodes": 1})) is None
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "warning: rollouts: W&B tracking failed (OSError: No space left on device)" in err
@@ -174,8 +172,8 @@ def test_a_tracking_failure_warns_and_keeps_the_stage(monkeypatch, capsys):
 
 def test_disabled_writes_nothing_and_never_imports_wandb(tmp_path):
     code = ("import sys; from pathlib import Path\n"
-            "from interlock.config import load_params\n"
-            "from interlock.tracking import StageReport, log_stage\n"
+            "from interlock.core.config import load_params\n"
+            "from interlock.core.tracking import StageReport, log_stage\n"
             f"params = load_params({str(REPO / 'params.yaml')!r})\n"
             "params = params.model_copy(update={'tracking': params.tracking.model_copy("
             "update={'mode': sys.argv[1]})})\n"

@@ -5,7 +5,6 @@ checkpoint with its training record loading back through a backend."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 from pathlib import Path
 
@@ -13,23 +12,24 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from interlock import schemas
-from interlock.agents.backends import ChatRequest, TaskContext
-from interlock.agents.backends.transformers_backend import TransformersBackend
-from interlock.agents.rollout import TOOLS
-from interlock.agents.trajectory import Trajectory
-from interlock.artifacts import Artifacts
-from interlock.config import LoraConfig, load_params, write_params
-from interlock.errors import InterlockError
-from interlock.evaluation import checkpoint_models
-from interlock.io import write_row_groups
+from interlock.core import schemas
+from interlock.core.backend import ChatRequest
+from interlock.core.config import LoraConfig, Params, Recipe, load_params, write_params
+from interlock.core.errors import InterlockError
+from interlock.core.io import write_row_groups
+from interlock.core.paths import Paths
+from interlock.evaluation.run import checkpoint_models
 from interlock.models.chat_template import IM_END
 from interlock.models.checkpoint import load_checkpoint, read_manifest, sha256, verify_checkpoint
-from interlock.rollouts import scripted_rollouts
+from interlock.models.transformers_backend import TransformersBackend
+from interlock.rollout.engine import TOOLS
+from interlock.rollout.runs import scripted_rollouts
+from interlock.rollout.trajectory import Trajectory
+from interlock.synthesis.tasks import TaskContext
 from interlock.training.batching import pack, plan_rows
 from interlock.training.examples import ExampleSet, encode_trajectories
-from interlock.training.stage import run_fine_tuning
-from interlock.training.trainer import Recipe, fine_tune, read_training, row_loss, step_plan
+from interlock.training.stage import train
+from interlock.training.trainer import fine_tune, read_training, row_loss, step_plan
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = Recipe(epochs=2, learning_rate=3e-3, batch_tokens=4096, gradient_accumulation=1, warmup_steps=0,
@@ -112,7 +112,7 @@ def test_rows_respect_the_budget_hold_every_example_once_and_are_seeded() -> Non
 
 def test_processes_get_disjoint_rows_of_equal_count() -> None:
     lengths = list(range(10, 300, 7))
-    recipe = dataclasses.replace(RECIPE, batch_tokens=200, gradient_accumulation=2)
+    recipe = RECIPE.model_copy(update=dict(batch_tokens=200, gradient_accumulation=2))
     plans = [step_plan(lengths, recipe, epoch=0, rank=r, world=3) for r in range(3)]
     rows = [[tuple(row) for step in plan for row in step] for plan in plans]
     assert len({len(r) for r in rows}) == 1
@@ -197,7 +197,7 @@ def test_nothing_to_train_on_writes_an_untrained_copy(tiny_checkpoint, tmp_path)
 def test_lora_trains_adapters_and_merges_them_into_a_plain_checkpoint(tiny_checkpoint, example_set,
                                                                       tmp_path) -> None:
     lora = LoraConfig(rank=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
-    recipe = dataclasses.replace(RECIPE, lora=lora, epochs=1)
+    recipe = RECIPE.model_copy(update=dict(lora=lora, epochs=1))
     fine_tune(tiny_checkpoint, example_set, recipe, tmp_path / "lora", name="lora", max_context=4096)
     original, _ = load_checkpoint(tiny_checkpoint)
     merged, _ = load_checkpoint(tmp_path / "lora")
@@ -219,57 +219,52 @@ def test_more_processes_than_examples_is_a_clear_error(tiny_checkpoint, example_
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_multi_step_training_on_a_gpu(tiny_checkpoint, example_set, tmp_path) -> None:
-    recipe = dataclasses.replace(RECIPE, epochs=3, gradient_accumulation=2)
+    recipe = RECIPE.model_copy(update=dict(epochs=3, gradient_accumulation=2))
     result = fine_tune(tiny_checkpoint, example_set, recipe, tmp_path / "gpu", name="gpu", max_context=4096)
     assert result.record["steps"] >= 3 and result.record["losses"][-1] < result.record["losses"][0]
 
 
 # ----------------------------------------------------------------------------- the train stage
 
-def write_params_file(root: Path, overrides: list[str]) -> Path:
-    write_params(REPO / "conf", root / "params.yaml", overrides)
-    return root / "params.yaml"
-
-
-def _stage_data(root, demos, tiny_checkpoint, rows) -> Artifacts:
-    """A data folder with the starting policy (the tiny model as demo_sft) and a training set."""
-    data = Artifacts(root / "data")
-    shutil.copytree(tiny_checkpoint, data.model("demo_sft"))
-    with write_row_groups(data.training_set, schemas.TRAJECTORIES) as writer:
+def stage_paths(root: Path, rows: list[dict], starting_policy: Path,
+                overrides: list[str]) -> tuple[Params, Paths]:
+    """Parameters, and the pipeline's paths under ``root`` holding the starting policy (the tiny
+    model as demo_sft) and a training set of ``rows``."""
+    write_params(REPO / "conf", root / "params.yaml", ["experiment=smoke", *overrides])
+    params = load_params(root / "params.yaml")
+    paths = params.paths.under(root)
+    if not paths.model("demo_sft").exists():
+        shutil.copytree(starting_policy, paths.model("demo_sft"))
+    with write_row_groups(paths.training_table, schemas.TRAJECTORIES) as writer:
         if rows:
             writer.write(rows)
-    return data
+    return params, paths
 
 
 def test_rft_trains_one_checkpoint_per_seed_and_evaluation_sees_them_as_one_model(
         demos, tiny_checkpoint, tmp_path) -> None:
-    params = load_params(write_params_file(tmp_path, ["scale=smoke", "train.seeds=2"]))
-    data = _stage_data(tmp_path, demos, tiny_checkpoint, [t.to_row() for t in demos])
-    report = run_fine_tuning(params, data, "rft", metrics_dir=tmp_path / "metrics")
-    metrics = json.loads((tmp_path / "metrics" / "train.json").read_text())
+    params, paths = stage_paths(tmp_path, [t.to_row() for t in demos], tiny_checkpoint, ["train.seeds=2"])
+    report = train(params, paths)
+    metrics = report.metrics
     assert metrics["trained"] and metrics["seeds"] == 2 and sorted(metrics["by_seed"]) == ["seed-0", "seed-1"]
     assert metrics["examples"] == len(demos) and "2 seeds" in metrics["message"]
-    records = [read_training(data.model("rft") / f"seed-{k}") for k in range(2)]
+    records = [read_training(paths.model("rft") / f"seed-{k}") for k in range(2)]
     assert records[0]["seed"] != records[1]["seed"] and records[0]["data_sha256"] == records[1]["data_sha256"]
     assert records[0]["losses"] != records[1]["losses"]  # another seed, another order of the data
-    curves = sorted(p.name for p in (tmp_path / "metrics" / "plots" / "train_loss").iterdir())
-    assert curves == ["seed-0.tsv", "seed-1.tsv"]
+    assert sorted(p.name for p in paths.train_loss.iterdir()) == ["seed-0.tsv", "seed-1.tsv"]
     assert {row["seed"] for row in report.tables["loss"]} == {"seed-0", "seed-1"}
-    models = checkpoint_models(["demo_sft", "rft"], data.root / "models", params.backbone)
+    models = checkpoint_models(["demo_sft", "rft"], paths.models, params.backbone)
     assert [(m.name, m.seed, m.key) for m in models] == [
         ("demo_sft", None, "demo_sft"), ("rft", 0, "rft.seed-0"), ("rft", 1, "rft.seed-1")]
     # a re-run with one seed leaves no checkpoint of the earlier seed behind
-    one = load_params(write_params_file(tmp_path, ["scale=smoke", "train.seeds=1"]))
-    run_fine_tuning(one, data, "rft", metrics_dir=tmp_path / "metrics")
-    assert sorted(p.name for p in data.model("rft").iterdir()) == ["seed-0"]
+    train(*stage_paths(tmp_path, [t.to_row() for t in demos], tiny_checkpoint, ["train.seeds=1"]))
+    assert sorted(p.name for p in paths.model("rft").iterdir()) == ["seed-0"]
 
 
 def test_rft_with_nothing_to_train_writes_one_untrained_copy_for_every_seed(demos, tiny_checkpoint,
                                                                          tmp_path) -> None:
-    params = load_params(write_params_file(tmp_path, ["scale=smoke", "train.seeds=3"]))
-    data = _stage_data(tmp_path, demos, tiny_checkpoint, [])
-    run_fine_tuning(params, data, "rft", metrics_dir=tmp_path / "metrics")
-    metrics = json.loads((tmp_path / "metrics" / "train.json").read_text())
+    params, paths = stage_paths(tmp_path, [], tiny_checkpoint, ["train.seeds=3"])
+    metrics = train(params, paths).metrics
     assert not metrics["trained"] and metrics["seeds"] == 1
     assert "one copy, not one per seed" in metrics["message"]
-    assert sorted(p.name for p in data.model("rft").iterdir()) == ["seed-0"]
+    assert sorted(p.name for p in paths.model("rft").iterdir()) == ["seed-0"]

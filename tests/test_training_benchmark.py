@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from interlock.agents.backends import TaskContext
-from interlock.rollouts import scripted_rollouts
+from interlock.rollout.runs import scripted_rollouts
+from interlock.synthesis.tasks import TaskContext
 from interlock.training.examples import encode_trajectories
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "training_throughput.py"
@@ -42,7 +42,7 @@ def examples(tasks, tiny_checkpoint, tmp_path_factory) -> list:
     return cut
 
 
-def test_both_sides_train_on_the_same_real_tokens(bench, tiny_checkpoint, examples, tmp_path) -> None:
+def test_both_sides_train_on_the_same_real_tokens(bench, tiny_checkpoint, examples, tmp_path, capsys) -> None:
     longest = max(len(e) for e in examples)
     result = bench.compare(tiny_checkpoint, examples, batch_size=2, batch_tokens=(longest,),
                            learning_rate=1e-3, seed=1, max_context=100_000, workdir=tmp_path,
@@ -55,6 +55,7 @@ def test_both_sides_train_on_the_same_real_tokens(bench, tiny_checkpoint, exampl
     assert 0 <= baseline["padding_fraction"] < 1 and project["padding_fraction"] == 0
     assert project["logit_positions"] == sum(e.trained_tokens for e in examples) < baseline["logit_positions"]
     assert baseline["tokens_per_second"] > 0 and project["tokens_per_second"] > 0
-    assert project["ratio"] == pytest.approx(project["tokens_per_second"] / baseline["tokens_per_second"])
     assert sorted(len(row) for row in project["rows"]) == [1, 1, 1]
-    bench.print_table(result)  # the table prints whatever the figures
+    bench.print_table(result)
+    table = capsys.readouterr().out
+    assert baseline["name"] in table and project["name"] in table and f"{project['ratio']:.2f}x" in table

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from interlock.agents.backends import ChatRequest, Completion
-from interlock.agents.backends.transformers_backend import GQA_ATTENTION, TransformersBackend
-from interlock.agents.messages import Message
-from interlock.agents.protocol import parse_turn
+from interlock.core.backend import ChatRequest, Completion
+from interlock.core.chat import Message, ToolCall, parse_turn
 from interlock.models.checkpoint import load_checkpoint
-from interlock.workspace import TOOL_SPECS, ToolCall
+from interlock.models.transformers_backend import GQA_ATTENTION, TransformersBackend
+from interlock.synthesis.workspace import TOOL_SPECS
 
 TOOLS = tuple(TOOL_SPECS)
 

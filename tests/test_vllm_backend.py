@@ -9,11 +9,11 @@ if not torch.cuda.is_available():
     pytest.skip("no GPU on this machine", allow_module_level=True)
 pytest.importorskip("vllm", reason="the gpu extra (vLLM) is not installed")
 
-from interlock.agents.backends import TaskContext  # noqa: E402
-from interlock.agents.backends.vllm_backend import VLLMBackend  # noqa: E402
-from interlock.agents.rollout import RolloutLimits, run_episodes  # noqa: E402
-from interlock.agents.trajectory import FINISH_REASONS  # noqa: E402
-from interlock.rollouts import plan_episodes  # noqa: E402
+from interlock.models.vllm_backend import VLLMBackend  # noqa: E402
+from interlock.rollout.engine import RolloutLimits, run_episodes  # noqa: E402
+from interlock.rollout.runs import plan_episodes  # noqa: E402
+from interlock.rollout.trajectory import FINISH_REASONS  # noqa: E402
+from interlock.synthesis.tasks import TaskContext  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

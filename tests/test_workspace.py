@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from interlock.workspace import (
+from interlock.core.chat import ToolCall, ToolResult
+from interlock.synthesis.workspace import (
     TOOL_SPECS,
     DirectoryStore,
     MemoryStore,
     PathRefused,
-    ToolCall,
-    ToolResult,
     clean_path,
     execute,
     format_csv,

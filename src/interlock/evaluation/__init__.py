@@ -1,4 +1,5 @@
-"""Transfer evaluation: every configured model on every benchmark, graded by ground truth.
+"""Transfer evaluation (stage ``evaluate``): every configured model on every benchmark, graded by
+ground truth.
 
 - :mod:`~interlock.evaluation.benchmarks`: the adapter interface (:class:`Benchmark`: tasks, own
   episode execution, own grading, standard per-episode results), how to plug in external
@@ -9,14 +10,6 @@
   (:class:`BfclMultiTurn`), graded by BFCL's own multi-turn checker;
 - :mod:`~interlock.evaluation.metrics`: per-episode grades (pass, weighted score, criterion pass
   rate, completion gap), per-pool metrics, paired bootstrap intervals over tasks;
-- :mod:`~interlock.evaluation.run`: the ``evaluate`` stage as a library (:func:`run_evaluation`).
+- :mod:`~interlock.evaluation.run`: every model on every benchmark, resumable (:func:`run_evaluation`);
+- :mod:`~interlock.evaluation.stage`: the ``evaluate`` stage.
 """
-
-from interlock.evaluation.benchmarks import AdmittedPool, Benchmark, RunSettings, rollout_id
-from interlock.evaluation.bfcl import BfclMultiTurn
-from interlock.evaluation.metrics import EpisodeResult, grade_episode, summarize_pool
-from interlock.evaluation.run import Evaluation, Model, checkpoint_models, run_evaluation
-
-__all__ = ["AdmittedPool", "Benchmark", "BfclMultiTurn", "EpisodeResult", "Evaluation", "Model",
-           "RunSettings", "checkpoint_models", "grade_episode", "rollout_id", "run_evaluation",
-           "summarize_pool"]

@@ -14,10 +14,10 @@ intervals, plots). The contract:
   a finished run is reused on resume only while it is the same;
 - ``rollout(model, policy, backend, settings, out=, timings=, work=)``: run every task
   ``settings.attempts`` times with ``backend`` and write the trajectories to ``out``
-  (:data:`~interlock.schemas.TRAJECTORIES`, atomically, sorted by rollout id, rollout ids from
+  (:data:`~interlock.core.schemas.TRAJECTORIES`, atomically, sorted by rollout id, rollout ids from
   :func:`rollout_id` so they are unique across models, ``policy`` in the policy column, the same
   bytes for the same settings and a deterministic backend), measured seconds to ``timings``
-  (:data:`~interlock.schemas.ROLLOUT_TIMINGS`; they never enter ``out``); ``work`` is a folder of
+  (:data:`~interlock.core.schemas.ROLLOUT_TIMINGS`; they never enter ``out``); ``work`` is a folder of
   its own for resumable parts. ``settings`` carries attempts, seed, the episode limits and the
   generation batch size;
 - ``grade(trajectories)``: one :class:`~interlock.evaluation.metrics.EpisodeResult` per trajectory,
@@ -29,8 +29,9 @@ intervals, plots). The contract:
 **Adding an external benchmark** (AutomationBench, JobBench and Harvey LAB are not available
 offline; BFCL v4 multi-turn is in :mod:`interlock.evaluation.bfcl`, the pool ``bfcl``): write a
 class with these methods under ``interlock.evaluation`` and let the stage build it for its name
-(``benchmarks_for`` in the stage script; ``eval.pools`` then needs the new name among its allowed
-values in ``config.EvalConfig``, and a size, if it has one, goes in ``scale.evaluation``).
+(:func:`interlock.evaluation.stage.benchmarks_for`; ``eval.pools`` then needs the new name among its
+allowed values in :class:`interlock.core.config.EvalConfig`, and a size, if it has one, goes in
+``scale.evaluation``).
 
 - *AutomationBench-style* (a business workflow with an end-state check): ``tasks()`` from its task
   files; ``rollout`` turns each starting state into a workspace and a request and runs them
@@ -47,9 +48,9 @@ values in ``config.EvalConfig``, and a size, if it has one, goes in ``scale.eval
   read from the installed ``bfcl-eval``): ``tasks()`` = BFCL's entries (``domain_id`` = the API
   set, e.g. ``GorillaFileSystem+TwitterAPI``); ``rollout`` runs the rollout engine's batched loop
   with each episode in a :class:`~interlock.evaluation.bfcl.BfclEnvironment` (an
-  :class:`~interlock.agents.rollout.Environment`: BFCL's docs as the tools, BFCL's user turns one
+  :class:`~interlock.rollout.engine.Environment`: BFCL's docs as the tools, BFCL's user turns one
   by one, each parsed call executed against the episode's simulated API instances), recording the
-  same :class:`~interlock.agents.trajectory.Trajectory` (the calls in ``messages``, the final API
+  same :class:`~interlock.rollout.trajectory.Trajectory` (the calls in ``messages``, the final API
   state in ``final_files`` as JSON); ``grade`` runs BFCL's own multi-turn checker: ``passed`` =
   BFCL's verdict, ``criterion_pass_rate`` = ``score`` = the share of turns passing before the
   first failing one, ``completion_gap`` = None.
@@ -70,15 +71,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from interlock.agents.backends import ChatBackend, TaskContext
-from interlock.agents.rollout import RolloutLimits
-from interlock.agents.trajectory import Trajectory
-from interlock.artifacts import Artifacts
-from interlock.catalog import Catalog
-from interlock.errors import InterlockError
+from interlock.core.backend import ChatBackend
+from interlock.core.errors import InterlockError
+from interlock.core.io import batched, dumps
+from interlock.core.paths import Paths
 from interlock.evaluation.metrics import EpisodeResult, grade_episode
-from interlock.io import batched, dumps
-from interlock.rollouts import admitted_tasks, plan_episodes, run_rollouts
+from interlock.rollout.engine import RolloutLimits
+from interlock.rollout.runs import plan_episodes, run_rollouts
+from interlock.rollout.trajectory import Trajectory
+from interlock.synthesis.catalog import Catalog
+from interlock.synthesis.tasks import TaskContext, admitted_tasks
 
 #: the built-in pools, and the split their domains must come from
 BUILTIN_POOLS = {"dev": "train", "benchmark": "heldout"}
@@ -129,7 +131,7 @@ class AdmittedPool:
     """The built-in benchmark: the admitted tasks of one pool, graded by their compiled checks.
 
     ``contexts`` are the tasks (with packs, graphs and domains, which the scripted solvers use);
-    :meth:`from_artifacts` reads them from the pipeline's artifacts. Grading uses the agent judge
+    :meth:`from_paths` reads them from the pipeline's artifacts. Grading uses the agent judge
     without a model (compiled checks in the sandbox); pass ``judge`` to share one, else one is
     started on first use and stopped by :meth:`close`."""
 
@@ -144,18 +146,18 @@ class AdmittedPool:
         self.workers, self.judge_batch = workers, judge_batch
 
     @classmethod
-    def from_artifacts(cls, data: Artifacts, catalog: Catalog, pool: str, **options) -> AdmittedPool:
+    def from_paths(cls, paths: Paths, catalog: Catalog, pool: str, **options) -> AdmittedPool:
         """The admitted tasks of ``pool`` (``dev`` or ``benchmark``); the domains of every task are
         checked to come from the pool's split (held-out for ``benchmark``)."""
         if pool not in BUILTIN_POOLS:
             raise InterlockError(f"unknown evaluation pool {pool!r}; choose from {', '.join(BUILTIN_POOLS)}",
                                  field="eval.pools")
-        contexts = list(admitted_tasks(data.require(data.review), data.packs, data.graphs, catalog, pool))
+        contexts = list(admitted_tasks(paths, catalog, pool))
         split = BUILTIN_POOLS[pool]
         wrong = sorted({c.domain.id for c in contexts if c.domain.split != split})
         if wrong:
             raise InterlockError(f"pool {pool!r} holds tasks of {len(wrong)} domain(s) outside the {split} "
-                                 f"split, e.g. {wrong[0]}", file=str(data.review / "admitted.parquet"),
+                                 f"split, e.g. {wrong[0]}", file=str(paths.admitted),
                                  item=pool)
         return cls(pool, contexts, **options)
 
@@ -191,7 +193,7 @@ class AdmittedPool:
         return results
 
     def _start_judge(self):
-        from interlock.judges.agent import AgentJudge
+        from interlock.judging.agent import AgentJudge
 
         self._own_judge = self._judge = AgentJudge(workers=self.workers).__enter__()
         return self._judge

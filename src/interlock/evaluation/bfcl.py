@@ -44,17 +44,15 @@ from importlib import metadata, resources
 from pathlib import Path
 from types import SimpleNamespace
 
-from interlock.agents.backends import ChatBackend, ChatRequest, Completion, TaskContext
-from interlock.agents.messages import Message
-from interlock.agents.protocol import render_turn
-from interlock.agents.rollout import Episode
-from interlock.agents.trajectory import Trajectory
-from interlock.errors import InterlockError
+from interlock.core.backend import ChatBackend, ChatRequest, Completion
+from interlock.core.chat import Message, ToolCall, ToolResult, render_turn
+from interlock.core.errors import InterlockError
+from interlock.core.io import dumps
 from interlock.evaluation.benchmarks import RunSettings, rollout_id
 from interlock.evaluation.metrics import EpisodeResult
-from interlock.io import dumps
-from interlock.rollouts import episode_seed, run_rollouts
-from interlock.workspace import ToolCall, ToolResult
+from interlock.rollout.engine import Episode
+from interlock.rollout.runs import episode_seed, run_rollouts
+from interlock.rollout.trajectory import Trajectory
 
 CATEGORY = "multi_turn_base"
 VERSION = "2026.3.23"  # the bfcl-eval release the adapter was written against (the Makefile installs it)
@@ -211,10 +209,12 @@ def decoded_turns(messages: Sequence[Message], functions: frozenset[str]) -> lis
 
 class BfclEnvironment:
     """One episode on its own instances of BFCL's simulated APIs (see :class:`Environment
-    <interlock.agents.rollout.Environment>`); ``episode.task.pack`` is the :class:`BfclTask`."""
+    <interlock.rollout.engine.Environment>`); the episode's task is a :class:`BfclTask`."""
 
     def __init__(self, episode: Episode, folder: Path) -> None:
-        self.task: BfclTask = episode.task.pack
+        if not isinstance(episode.task, BfclTask):
+            raise TypeError(f"a BFCL episode needs a BFCL task, not {type(episode.task).__name__}")
+        self.task = episode.task
         self.tools = tuple(bfcl_tool(doc) for doc in self.task.docs)
         self.model_name = _unique_name("episode")
         self.turn = 0
@@ -296,7 +296,7 @@ class BfclMultiTurn:
 
     def rollout(self, model: str, policy: str, backend: ChatBackend, settings: RunSettings, *,
                 out: Path, timings: Path, work: Path) -> None:
-        episodes = (Episode(rollout_id(model, task.task_id, attempt), TaskContext(task.task_id, task),
+        episodes = (Episode(rollout_id(model, task.task_id, attempt), task,
                             task.domain_id, self.name, policy, attempt,
                             episode_seed(settings.seed, task.task_id, attempt),
                             open_environment=BfclEnvironment)
@@ -378,8 +378,8 @@ class GroundTruthBackend:
     def __init__(self) -> None:
         self.plans: dict[str, list[list[ToolCall]]] = {}
 
-    def begin(self, key: str, task: TaskContext) -> None:
-        self.plans[key] = ground_truth_calls(task.pack)
+    def begin(self, key: str, task: BfclTask) -> None:
+        self.plans[key] = ground_truth_calls(task)
 
     def complete(self, requests: list[ChatRequest]) -> list[Completion]:
         completions = []

@@ -2,7 +2,7 @@
 
 **One episode** (:func:`grade_episode`), from the per-criterion verdicts of the task's compiled
 checks (the agent judge's ground truth, never a model). The rubric's criterion kinds
-(:func:`interlock.packs.scripted_rubric`) are: ``primary`` (per decision: the decision register
+(:func:`interlock.synthesis.packs.scripted_rubric`) are: ``primary`` (per decision: the decision register
 holds the right outcome; mandatory, weight 2), ``grounding`` (it cites the deciding clause;
 optional, weight 1), ``realization`` (per effect: the decision is carried into that record;
 mandatory, weight 1), ``coupling`` (a joint constraint over decisions holds; mandatory, weight 2)
@@ -46,11 +46,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from interlock.agents.trajectory import Trajectory
-from interlock.blueprints import stable_seed
-from interlock.errors import InterlockError
-from interlock.judges.base import accepted
-from interlock.packs import Criterion
+from interlock.core.errors import InterlockError
+from interlock.core.seeds import stable_seed
+from interlock.judging.verdicts import accepted
+from interlock.rollout.trajectory import Trajectory
+from interlock.synthesis.packs import Criterion
 
 PRIMARY_KINDS = frozenset({"primary"})
 REALIZATION_KINDS = frozenset({"realization"})
@@ -74,7 +74,7 @@ class EpisodeResult:
     """The standard result of one evaluated episode, whatever benchmark graded it.
 
     ``criteria`` is how many criteria (sub-checks) were graded; ``verdicts`` optionally holds the
-    per-criterion rows (:data:`interlock.schemas.VERDICTS`) behind the grade."""
+    per-criterion rows (:data:`interlock.core.schemas.VERDICTS`) behind the grade."""
 
     rollout_id: str
     task_id: str
@@ -102,7 +102,7 @@ class EpisodeResult:
                    trajectory.finish_reason, tuple(verdicts))
 
     def row(self, model: str, pool: str, seed: int | None = None) -> dict:
-        """A row of :data:`interlock.schemas.EVAL_RESULTS` (``seed``: the training seed of a model
+        """A row of :data:`interlock.core.schemas.EVAL_RESULTS` (``seed``: the training seed of a model
         with one checkpoint per seed, else None)."""
         return {"model": model, "seed": seed, "pool": pool, "rollout_id": self.rollout_id,
                 "task_id": self.task_id, "domain_id": self.domain_id, "attempt": self.attempt,
@@ -212,7 +212,7 @@ def summarize_pool(rows_by_model: Mapping[str, Sequence[dict]], *, pool: str, se
                    confidence: float) -> dict:
     """Metrics of every model on one pool, with intervals, and deltas against the first model.
 
-    ``rows_by_model``: model -> its result rows (:data:`~interlock.schemas.EVAL_RESULTS` columns),
+    ``rows_by_model``: model -> its result rows (:data:`~interlock.core.schemas.EVAL_RESULTS` columns),
     in the order the models were configured."""
     models = list(rows_by_model)
     if not models:
@@ -291,3 +291,22 @@ def table_rows(pool: str, summary: dict) -> list[dict]:
                             f"delta_{metric}_high": delta["high"]})
         rows.append(row)
     return rows
+
+
+#: the transfer metrics a comparison of runs leads with
+HEADLINE = ("pass_rate", "score", "criterion_pass_rate", "completion_gap_rate")
+
+
+def headline(metrics: Mapping) -> dict:
+    """The comparison of runs at a glance (what ``dvc exp show`` lists first): per pool and model,
+    the point value of each headline metric the pool has, and each model's pass-rate delta against
+    the reference model (the intervals are in the full metrics)."""
+    out: dict = {}
+    for pool, summary in metrics["pools"].items():
+        for model, entry in summary["models"].items():
+            row = {metric: entry[metric]["value"] for metric in HEADLINE if metric in entry}
+            delta = summary["deltas"].get(model, {}).get("pass_rate")
+            if delta is not None:
+                row["pass_rate_delta"] = delta["value"]
+            out.setdefault(pool, {})[model] = row
+    return out

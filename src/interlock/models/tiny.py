@@ -3,9 +3,13 @@ task text, and a two-layer Llama built from a config. No download, no hub."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from interlock.core.chat import ToolCall, render_call
+from interlock.core.errors import InterlockError
+from interlock.core.io import dumps
 from interlock.models.chat_template import (
     CHAT_TEMPLATE,
     END_OF_TEXT,
@@ -14,6 +18,9 @@ from interlock.models.chat_template import (
     TOOLS_PREAMBLE,
     TOOLS_USAGE,
 )
+from interlock.models.checkpoint import save_checkpoint
+from interlock.synthesis.packs import TaskPack
+from interlock.synthesis.workspace import TOOL_SPECS
 
 #: the default architecture of the tiny backbone (overridable from conf/backbone/tiny.yaml); the
 #: initializer range is large enough that the random model's output depends on its context
@@ -55,8 +62,6 @@ def tiny_model(tokenizer, seed: int, max_context: int, architecture: dict | None
     arch.pop("vocab_size")  # the tokenizer decides
     unknown = sorted(set(arch) - set(TINY_ARCHITECTURE))
     if unknown:
-        from interlock.errors import InterlockError
-
         raise InterlockError(f"unknown tiny architecture key(s) {', '.join(unknown)}; known: "
                              f"{', '.join(TINY_ARCHITECTURE)}", field="backbone.architecture")
     config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=max_context,
@@ -73,8 +78,6 @@ def build_tiny(out_dir: Path | str, corpus_texts: Iterable[str], seed: int, *, m
                architecture: dict | None = None, name: str | None = None) -> Path:
     """Train the tokenizer on ``corpus_texts``, initialise the model from ``seed`` and save both
     (safetensors, tokenizer, chat template) to ``out_dir``. Same seed and corpus, same bytes."""
-    from interlock.models.checkpoint import save_checkpoint
-
     vocab = {**TINY_ARCHITECTURE, **(architecture or {})}["vocab_size"]
     tokenizer = train_tokenizer(corpus_texts, vocab)
     model = tiny_model(tokenizer, seed, max_context, architecture)
@@ -82,15 +85,9 @@ def build_tiny(out_dir: Path | str, corpus_texts: Iterable[str], seed: int, *, m
                            max_context=max_context, name=name)
 
 
-def pack_texts(packs: Iterable) -> list[str]:
+def pack_texts(packs: Iterable[TaskPack]) -> list[str]:
     """Task text to train the tiny tokenizer on: each task's request and workspace files, and its
     reference solution as calls and observations (so tool-call JSON gets tokens of its own)."""
-    import json
-
-    from interlock.agents.protocol import render_call
-    from interlock.io import dumps
-    from interlock.workspace import TOOL_SPECS, ToolCall
-
     texts = [dumps(TOOL_SPECS)]
     for pack in packs:
         texts.append(pack.request)
@@ -99,10 +96,3 @@ def pack_texts(packs: Iterable) -> list[str]:
             texts.append(render_call(ToolCall(step["tool"], json.loads(step["arguments"]))))
             texts.append(step["observation"])
     return texts
-
-
-def task_corpus(packs_dir: Path | str, pools: tuple[str, ...] = ("demo", "rft")) -> list[str]:
-    """:func:`pack_texts` of the tasks of ``pools`` in a packs artifact (streamed by row group)."""
-    from interlock.pipeline import iter_packs
-
-    return pack_texts(pack for packs in iter_packs(Path(packs_dir)) for pack in packs if pack.pool in pools)

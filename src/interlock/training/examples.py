@@ -13,12 +13,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from interlock import schemas
-from interlock.agents.rollout import TOOLS
-from interlock.agents.trajectory import Trajectory
-from interlock.errors import InterlockError
-from interlock.io import iter_row_groups
+from interlock.core import schemas
+from interlock.core.errors import InterlockError
+from interlock.core.io import iter_row_groups
 from interlock.models.chat_template import openai_tools
+from interlock.rollout.engine import TOOLS
+from interlock.rollout.trajectory import Trajectory
 
 
 @dataclass(frozen=True)

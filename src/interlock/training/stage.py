@@ -1,4 +1,5 @@
-"""The two fine-tuning stages as one function: which data, from which checkpoint, to which.
+"""The ``sample``, ``demo_sft`` and ``train`` stages. The two fine-tunings are one function: which
+data, from which checkpoint, to which.
 
 - ``demo`` (stage ``demo_sft``): the base checkpoint on the reference demonstrations; the warm
   start of RFT where ``scale.rollouts.policy`` is ``demo_sft``, and the demonstration baseline;
@@ -15,57 +16,58 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Literal
 
-from interlock.artifacts import Artifacts
-from interlock.blueprints import stable_seed
-from interlock.config import Params
-from interlock.io import write_json, write_tsv
+from interlock.core.config import Params
+from interlock.core.io import write_tsv
+from interlock.core.paths import Paths
+from interlock.core.seeds import stable_seed
+from interlock.core.tracking import StageReport
 from interlock.models.checkpoint import SEED_FOLDER
-from interlock.tracking import StageReport
-from interlock.training.trainer import Recipe, fine_tune_on_trajectories, loss_curve
+from interlock.training.sampling import run_sampling
+from interlock.training.trainer import fine_tune_on_trajectories, loss_curve
 
 #: phase -> (stage, checkpoint it writes)
 PHASES = {"demo": ("demo_sft", "demo_sft"), "rft": ("train", "rft")}
 LOSS_COLUMNS = ["step", "loss", "learning_rate"]
 
 
-def run_fine_tuning(params: Params, data: Artifacts, phase: str,
-                    metrics_dir: Path = Path("metrics")) -> StageReport | None:
+def run_fine_tuning(params: Params, paths: Paths, phase: Literal["demo", "rft"]) -> StageReport | None:
+    """Fine-tune; write the loss curves; return the stage's metrics (None in every process but the
+    main one under ``accelerate launch``: it alone reports)."""
     stage, name = PHASES[phase]
-    out = data.model(name)
-    main_process = int(os.environ.get("RANK", "0")) == 0  # under `accelerate launch`, it alone reports
+    out = paths.model(name)
+    main_process = int(os.environ.get("RANK", "0")) == 0
     if phase == "demo":
-        recipe = Recipe.of(params.train, phase, stable_seed(params.seed, stage))
-        metrics = fine_tune_on_trajectories(data.demos, data.base_model, out, recipe, name=name,
+        recipe = params.train.recipe(phase, stable_seed(params.seed, stage))
+        metrics = fine_tune_on_trajectories(paths.demos_table, paths.base_model, out, recipe, name=name,
                                             max_context=params.backbone.max_context)
         curves = {name: loss_curve(out)} if main_process else {}
     else:
-        metrics, curves = _rft_seeds(params, data, out, name, main_process)
+        metrics, curves = _rft_seeds(params, paths, out, name, main_process)
     if not main_process:
         return None
-    write_json(metrics_dir / f"{stage}.json", metrics)
-    plots = metrics_dir / "plots"
     if phase == "demo":
-        write_tsv(plots / f"{stage}_loss.tsv", curves[name], LOSS_COLUMNS)
+        write_tsv(paths.demo_sft_loss, curves[name], LOSS_COLUMNS)
     else:  # one file per seed: DVC draws a plot folder's files as one series each
-        shutil.rmtree(plots / f"{stage}_loss", ignore_errors=True)
+        shutil.rmtree(paths.train_loss, ignore_errors=True)
         for seed_name, curve in curves.items():
-            write_tsv(plots / f"{stage}_loss" / f"{seed_name}.tsv", curve, LOSS_COLUMNS)
+            write_tsv(paths.train_loss / f"{seed_name}.tsv", curve, LOSS_COLUMNS)
     print(f"{stage}: {metrics['message']}; {metrics['tokens_per_second']} tokens/s", flush=True)
-    return StageReport({k: v for k, v in metrics.items() if k != "by_seed"},
-                       {"loss": [{"seed": s, **row} for s, curve in curves.items() for row in curve]})
+    losses = [{"seed": seed, **row} for seed, curve in curves.items() for row in curve]
+    return StageReport(metrics, {"loss": losses})
 
 
-def _rft_seeds(params: Params, data: Artifacts, out: Path, name: str,
+def _rft_seeds(params: Params, paths: Paths, out: Path, name: str,
                main_process: bool) -> tuple[dict, dict[str, list[dict]]]:
     """Train every seed (one untrained copy when there is nothing to train); the stage's metrics
     (per seed under ``by_seed``, totals and means at the top) and each seed's loss curve."""
     by_seed: dict[str, dict] = {}
     for index in range(params.train.seeds):
         folder = SEED_FOLDER.format(index)
-        recipe = Recipe.of(params.train, "rft", stable_seed(params.seed, "train", index))
+        recipe = params.train.recipe("rft", stable_seed(params.seed, "train", index))
         by_seed[folder] = fine_tune_on_trajectories(
-            data.training_set, data.model(params.scale.rollouts.policy), out / folder, recipe,
+            paths.training_table, paths.model(params.scale.rollouts.policy), out / folder, recipe,
             name=f"{name}/{folder}", max_context=params.backbone.max_context)
         if not by_seed[folder]["trained"]:
             break
@@ -99,3 +101,30 @@ def _rft_seeds(params: Params, data: Artifacts, out: Path, name: str,
 def _mean(values) -> float | None:
     values = [v for v in values if v is not None]
     return round(sum(values) / len(values), 6) if values else None
+
+
+# ----------------------------------------------------------------------------- the stages
+
+def sample(params: Params, paths: Paths) -> StageReport:
+    """The training set of the chosen domain breadth (``domains=all``: every accepted trajectory;
+    ``domains=d4`` ... ``d128``: ``scale.breadth_trajectories`` of them, stratified across that many
+    training domains)."""
+    breadth = params.domains.count
+    metrics = run_sampling(paths.accepted_table, paths.trajectories, paths.training_table, breadth=breadth,
+                           trajectories=params.scale.breadth_trajectories if breadth else None,
+                           seed=params.seed)
+    print(f"sample: {metrics['message']}")
+    return StageReport(metrics, tables={"per_domain": [{"domain_id": d, "trajectories": n}
+                                                       for d, n in metrics["per_domain"].items()]})
+
+
+def demo_sft(params: Params, paths: Paths) -> StageReport | None:
+    """The base checkpoint fine-tuned on the reference demonstrations: the warm start of RFT (where
+    ``scale.rollouts.policy`` is demo_sft) and the "SFT on demonstrations" baseline."""
+    return run_fine_tuning(params, paths, "demo")
+
+
+def train(params: Params, paths: Paths) -> StageReport | None:
+    """Rejection-sampling fine-tuning: the starting policy on its own accepted trajectories (none
+    accepted: an untrained copy, said plainly in the metrics)."""
+    return run_fine_tuning(params, paths, "rft")

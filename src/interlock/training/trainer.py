@@ -25,50 +25,21 @@ import math
 import random
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
-from interlock import schemas
-from interlock.blueprints import stable_seed
-from interlock.config import LoraConfig, TrainConfig
-from interlock.errors import InterlockError
-from interlock.io import dumps, read_rows
+from interlock.core import schemas
+from interlock.core.config import LoraConfig, Recipe
+from interlock.core.errors import InterlockError
+from interlock.core.io import dumps, read_rows
+from interlock.core.seeds import stable_seed
 from interlock.models.checkpoint import load_checkpoint, save_checkpoint, weights_sha256
 from interlock.training.batching import PackedRow, pack, plan_rows
 from interlock.training.examples import ExampleSet, encode_trajectories, read_trajectories
 
 TRAINING_FILE = "training.parquet"
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """Everything that decides a fine-tuning's result besides its data and starting weights."""
-
-    epochs: int
-    learning_rate: float
-    batch_tokens: int
-    gradient_accumulation: int
-    warmup_steps: int
-    weight_decay: float
-    max_grad_norm: float
-    seed: int
-    lora: LoraConfig | None = None
-
-    def describe(self) -> str:
-        """The recipe as JSON (for the training record)."""
-        return dumps({**asdict(self), "lora": self.lora.model_dump() if self.lora else None})
-
-    @classmethod
-    def of(cls, train: TrainConfig, phase: str, seed: int) -> Recipe:
-        """The recipe of one phase (``demo`` or ``rft``) of the configured ``train`` option."""
-        schedule = getattr(train, phase)
-        return cls(epochs=schedule.epochs, learning_rate=schedule.learning_rate,
-                   batch_tokens=train.batch_tokens,
-                   gradient_accumulation=train.gradient_accumulation, warmup_steps=train.warmup_steps,
-                   weight_decay=train.weight_decay, max_grad_norm=train.max_grad_norm, seed=seed,
-                   lora=train.lora)
 
 
 @dataclass(frozen=True)
@@ -144,7 +115,7 @@ def fine_tune(start: Path, data: ExampleSet, recipe: Recipe, out_dir: Path, *, n
               "data_sha256": data.sha256(), "examples": len(data.examples), "too_long": len(data.too_long),
               "nothing_to_learn": len(data.nothing_to_learn), "tokens": data.tokens,
               "trained_tokens": data.trained_tokens, "epochs": recipe.epochs if plans else 0,
-              "steps": total_steps, "seed": recipe.seed, "recipe": recipe.describe(),
+              "steps": total_steps, "seed": recipe.seed, "recipe": dumps(recipe.model_dump()),
               "losses": [round(x, 6) for x in losses], "step_tokens": step_tokens,
               "learning_rates": [float(f"{x:.8g}") for x in rates]}
     if accelerator.is_main_process:

@@ -1,0 +1,262 @@
+"""``interlock``: look at what the pipeline produced.
+
+    interlock [--data DIR] domains [--split train|heldout]
+    interlock [--data DIR] tasks [--pool P] [--domain D] [--admitted]
+    interlock [--data DIR] show TASK_ID
+    interlock [--data DIR] draw TASK_ID -o FILE.png
+    interlock params [-S GROUP=OPTION ...]
+    interlock collect [--group NAME] [-o DIR]
+
+Exit codes: 0 success, 1 bad or missing artifacts (one line on stderr), 2 usage errors and
+unknown task ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from interlock.analysis.artifacts import Artifacts, UnknownTask, repository_paths
+from interlock.core.errors import InterlockError
+from interlock.core.types import POOLS
+
+EXIT_ERROR, EXIT_USAGE = 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    # --data is accepted before or after the subcommand; the subcommand's copy only
+    # overrides the global one when given.
+    data = argparse.ArgumentParser(add_help=False)
+    data.add_argument("--data", type=Path, default=argparse.SUPPRESS, metavar="DIR",
+                      help="artifact directory written by `dvc repro` (default: the repository's)")
+    parser = argparse.ArgumentParser(
+        prog="interlock", description="List, show and draw the domains and tasks in the artifacts.")
+    parser.add_argument("--data", type=Path, default=None, metavar="DIR",
+                        help="artifact directory written by `dvc repro` (default: the repository's)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("domains", parents=[data], help="list the domain catalog")
+    p.add_argument("--split", choices=("train", "heldout"), help="only this split")
+    p.set_defaults(run=cmd_domains)
+
+    p = sub.add_parser("tasks", parents=[data], help="list tasks with their graph sizes")
+    p.add_argument("--pool", choices=POOLS, help="only this pool")
+    p.add_argument("--domain", metavar="DOMAIN_ID", help="only this domain")
+    p.add_argument("--admitted", action="store_true", help="only tasks the review admitted")
+    p.set_defaults(run=cmd_tasks)
+
+    p = sub.add_parser("show", parents=[data],
+                       help="request, contract, rubric, reference solution and verdict of a task")
+    p.add_argument("task_id", metavar="TASK_ID")
+    p.set_defaults(run=cmd_show)
+
+    p = sub.add_parser("draw", parents=[data], help="draw a task's completion graph to PNG")
+    p.add_argument("task_id", metavar="TASK_ID")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="FILE.png")
+    p.set_defaults(run=cmd_draw)
+
+    p = sub.add_parser("params", help="compose conf/ into params.yaml, as `dvc exp run -S` does")
+    p.add_argument("-S", "--set", dest="overrides", action="append", default=[],
+                   metavar="GROUP=OPTION", help="a Hydra override, e.g. scale=smoke (repeatable)")
+    p.add_argument("--conf", type=Path, default=Path("conf"), help="config directory (default: conf)")
+    p.add_argument("--output", type=Path, default=Path("params.yaml"), help="default: params.yaml")
+    p.set_defaults(run=cmd_params)
+
+    p = sub.add_parser("collect", help="compare finished DVC experiments (a sweep): table and plots")
+    p.add_argument("--group", metavar="NAME", help="only the experiments of this sweep (tracking.group)")
+    p.add_argument("--repo", type=Path, default=Path("."), help="repository (default: .)")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="DIR",
+                   help="for ablations.tsv, breadth.png and judges.png (default: reports/<group or all>)")
+    p.set_defaults(run=cmd_collect)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    try:
+        args.run(args, console)
+    except UnknownTask as exc:
+        print(f"interlock: {exc.reason}", file=sys.stderr)
+        return EXIT_USAGE
+    except InterlockError as exc:
+        print(f"interlock: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return 0
+
+
+def _run() -> None:  # pragma: no cover - `python -m interlock.analysis.cli`
+    sys.exit(main())
+
+
+# ----------------------------------------------------------------------------- commands
+
+def cmd_domains(args: argparse.Namespace, console: Console) -> None:
+    artifacts = _artifacts(args)
+    rows = [r for r in artifacts.domain_rows() if args.split in (None, r["split"])]
+    table = Table()
+    for name in ("id", "name", "area", "split", "signature"):
+        table.add_column(name, no_wrap=name in ("id", "split"), overflow="fold")
+    for r in rows:
+        table.add_row(r["domain_id"], escape(r["name"]), escape(r["area"]), r["split"], r["signature"])
+    _print_table(console, f"{len(rows)} domains ({artifacts.paths.domains})", table)
+
+
+def cmd_tasks(args: argparse.Namespace, console: Console) -> None:
+    artifacts = _artifacts(args)
+    rows = artifacts.task_rows()
+    reviewed = any(r["admitted"] is not None for r in rows)
+    if args.admitted and not reviewed:
+        raise InterlockError(f"no review verdicts in {artifacts.paths.verdicts}; run `dvc repro` first")
+    rows = [r for r in rows
+            if args.pool in (None, r["pool"]) and args.domain in (None, r["domain_id"])
+            and (not args.admitted or r["admitted"])]
+    table = Table()
+    columns = ["task_id", "domain", "pool", "decisions", "effects", "couplings"]
+    columns += ["admitted"] if reviewed else []
+    for name in columns:
+        table.add_column(name, no_wrap=True,
+                         justify="right" if name in ("decisions", "effects", "couplings") else "left")
+    for r in rows:
+        cells = [r["task_id"], r["domain_id"], r["pool"], str(r["decisions"]), str(r["effects"]),
+                 str(r["couplings"])]
+        if reviewed:
+            cells.append({True: "yes", False: "[red]no[/]", None: "-"}[r["admitted"]])
+        table.add_row(*cells)
+    _print_table(console, f"{len(rows)} tasks ({artifacts.paths.graphs})", table)
+
+
+def cmd_show(args: argparse.Namespace, console: Console) -> None:
+    artifacts = _artifacts(args)
+    pack = artifacts.pack(args.task_id)
+    verdict = artifacts.verdict(args.task_id)
+    console.rule(f"[bold]{escape(pack.task_id)}[/]  domain {escape(pack.domain_id)} · pool {pack.pool}")
+
+    console.print("\n[bold]Request[/] (public)\n")
+    console.print(pack.request.rstrip(), markup=False, soft_wrap=True)
+
+    contract = Table()
+    for name in ("id", "kind", "nodes", "path", "key"):
+        contract.add_column(name, no_wrap=name != "path")
+    for d in pack.contract:
+        contract.add_row(d["deliverable_id"], d["kind"], " ".join(d["node_ids"]), escape(d["path"]),
+                         escape(d["key"] or ""))
+    console.print()
+    _print_table(console, f"Contract (private): {len(pack.contract)} deliverables", contract)
+
+    rubric = Table()
+    for name in ("id", "kind", "mandatory", "weight", "description", "nodes"):
+        rubric.add_column(name, no_wrap=name in ("id", "kind", "mandatory", "weight"),
+                          justify="right" if name == "weight" else "left")
+    for c in pack.rubric:
+        rubric.add_row(c.criterion_id, c.kind, "yes" if c.mandatory else "no", f"{c.weight:g}",
+                       escape(c.description), " ".join(c.node_ids))
+    console.print()
+    _print_table(console, f"Rubric (private): {len(pack.rubric)} criteria", rubric)
+
+    reference = Table()
+    for name in ("step", "tool", "arguments", "observation"):
+        reference.add_column(name, no_wrap=name in ("step", "tool"),
+                             justify="right" if name == "step" else "left")
+    for step in pack.reference:
+        reference.add_row(str(step["step"]), step["tool"], escape(_arguments(step["arguments"])),
+                          escape(_clip(step["observation"], 60)))
+    console.print()
+    _print_table(console, f"Reference solution: {len(pack.reference)} tool calls", reference)
+
+    console.print()
+    if verdict is None:
+        console.print(f"[bold]Verdict[/]: not reviewed yet ({artifacts.paths.verdicts} is missing)")
+        return
+    flags = "  ".join(f"{name} {'ok' if verdict[f'{name}_ok'] else '[red]FAIL[/]'}"
+                      for name in ("coverage", "critic", "controls"))
+    status = "[green]admitted[/]" if verdict["admitted"] else "[red]rejected[/]"
+    console.print(f"[bold]Verdict[/]: {status}   {flags}")
+    for reason in verdict["reasons"]:
+        console.print(f"  - {escape(reason)}")
+
+
+def cmd_draw(args: argparse.Namespace, console: Console) -> None:
+    artifacts = _artifacts(args)
+    from interlock.analysis.draw import draw_graph  # matplotlib only when drawing
+
+    graph = artifacts.graph(args.task_id)
+    try:
+        path = draw_graph(graph, args.output)
+    except OSError as exc:
+        raise InterlockError(f"cannot write the drawing ({exc.strerror or exc})",
+                             file=str(args.output)) from None
+    console.print(f"wrote {escape(str(path))}: {len(graph.nodes)} nodes, {len(graph.edges)} edges, "
+                  f"{len(graph.hyperedges)} hyperedges", markup=True)
+
+
+def cmd_params(args: argparse.Namespace, console: Console) -> None:
+    from interlock.core.config import write_params  # Hydra only when composing
+
+    if not args.conf.is_dir():
+        raise InterlockError("no config directory here; run from the repository root", file=str(args.conf))
+    params = write_params(args.conf, args.output, args.overrides)
+    choices = ", ".join(f"{group}={params[group]['name']}" for group in ("scale", "domains", "backbone")
+                        if group in params)
+    console.print(f"wrote {escape(str(args.output))} ({choices})")
+
+
+def cmd_collect(args: argparse.Namespace, console: Console) -> None:
+    from interlock.analysis.ablations import write_ablation_report  # matplotlib only when collecting
+
+    out = args.output or Path("reports") / (args.group or "all")
+    frame = write_ablation_report(args.repo, out, args.group)
+    shown = frame[(frame["pool"] == "benchmark") & (frame["metric"] == "pass_rate")]
+    table = Table("experiment", "breadth", "judge", "seeds", "trajectories", "model", "pass rate",
+                  "delta vs base")
+    for row in shown.itertuples():
+        table.add_row(row.experiment, _count(row.breadth, "all"), row.judge, _count(row.seeds),
+                      _count(row.training_trajectories), row.model,
+                      f"{row.value:.3f} [{row.low:.3f}, {row.high:.3f}]",
+                      f"{row.delta:+.3f} [{row.delta_low:+.3f}, {row.delta_high:+.3f}]")
+    _print_table(console, f"benchmark task pass rate, {frame['experiment'].nunique()} experiments", table)
+    console.print(f"wrote {escape(str(out))}/ablations.tsv, breadth.png, judges.png")
+
+
+def _artifacts(args: argparse.Namespace) -> Artifacts:
+    """The artifacts of the repository around the working directory (the paths its params.yaml
+    names), or those in ``--data``."""
+    return Artifacts(repository_paths(data=args.data))
+
+
+def _count(value: object, missing: str = "n/a") -> str:
+    """An integer count from a table cell (pandas gives floats, and NaN where there is none)."""
+    return missing if value is None or (isinstance(value, float) and math.isnan(value)) else str(int(value))
+
+
+def _print_table(console: Console, title: str, table: Table) -> None:
+    console.print(f"[bold]{escape(title)}[/]")
+    console.print(table)
+
+
+def _arguments(text: str) -> str:
+    """Tool-call arguments on one line, long values clipped."""
+    try:
+        arguments = json.loads(text)
+    except (TypeError, ValueError):
+        return _clip(str(text), 80)
+    if not isinstance(arguments, dict):
+        return _clip(str(arguments), 80)
+    return ", ".join(f"{k}={_clip(json.dumps(v, ensure_ascii=False), 160)}" for k, v in arguments.items())
+
+
+def _clip(text: str, limit: int) -> str:
+    line = " ⏎ ".join(part for part in str(text).splitlines() if part.strip())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _run()

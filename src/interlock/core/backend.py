@@ -1,0 +1,63 @@
+"""One small interface every model-calling role uses (solver, judge; later generator, critic,
+corrector), so its backends are interchangeable:
+
+- scripted programs (``interlock.rollout.scripted``: oracle, noisy and adversarial solvers);
+- ``transformers``: a local checkpoint, batched, the conversation prefix cached per episode;
+- ``openai``: any OpenAI-compatible HTTP server;
+- ``vllm``: vLLM's offline engine on GPUs (the ``gpu`` extra)
+
+(the model backends are in ``interlock.models``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from interlock.core.chat import Message
+
+#: why a generation stopped: the model ended its turn, it reached ``max_new_tokens``, or the
+#: context window is full (nothing was generated)
+CompletionEnd = Literal["stop", "length", "context"]
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One generation for one episode. ``key`` names the episode, so a backend may keep the
+    conversation prefix cached under it between turns."""
+
+    key: str
+    messages: tuple[Message, ...]
+    tools: tuple[dict, ...] = ()
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: CompletionEnd = "stop"
+
+
+class EpisodeTask(Protocol):
+    """What a backend is told when an episode starts: the task it is about. Scripted policies read
+    the concrete task (a compiled task, a BFCL entry) to plan; models never see it."""
+
+    @property
+    def task_id(self) -> str: ...
+
+
+class ChatBackend(Protocol):
+    name: str
+
+    def begin(self, key: str, task: EpisodeTask) -> None:
+        """An episode starts (scripted policies plan here; models ignore it)."""
+
+    def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+        """All live episodes' next assistant turns, in one batched call."""
+
+    def end(self, key: str) -> None:
+        """An episode ended: drop whatever was cached for it."""

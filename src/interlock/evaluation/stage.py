@@ -1,0 +1,58 @@
+"""The ``evaluate`` stage: every model in ``eval.models`` on every pool in ``eval.pools``.
+
+Each checkpoint under the models folder (the original, the demonstration SFT, RFT) is rolled out
+``scale.evaluation.attempts`` times on every task of each pool, with the rollout limits of
+``scale.rollouts`` and the backbone's generation settings: the admitted tasks of ``benchmark``
+(held-out domains only) or ``dev``, graded by the agent judge's compiled checks, and ``bfcl``, the
+first ``scale.evaluation.bfcl_tasks`` of BFCL v4 multi_turn_base, graded by BFCL's own checker.
+Writes the evaluation folder (trajectories, per-episode results, verdicts; deterministic), the
+measured seconds beside it, the metrics (per pool: metrics per model with bootstrap intervals,
+finish reasons, deltas against the first model with paired intervals), their headline (the
+transfer metrics a comparison of runs leads with) and the plots.
+"""
+
+from __future__ import annotations
+
+from interlock.core.config import Params
+from interlock.core.io import write_json, write_tsv
+from interlock.core.paths import Paths
+from interlock.core.tracking import StageReport
+from interlock.evaluation.benchmarks import AdmittedPool, Benchmark, RunSettings
+from interlock.evaluation.bfcl import BfclMultiTurn
+from interlock.evaluation.metrics import headline
+from interlock.evaluation.run import checkpoint_models, run_evaluation
+from interlock.rollout.engine import RolloutLimits
+from interlock.synthesis.tasks import load_domains
+
+
+def benchmarks_for(params: Params, paths: Paths) -> list[Benchmark]:
+    """One benchmark per name in ``eval.pools``, in that order: BFCL's adapter for ``bfcl``, else
+    the admitted tasks of the built-in pool of that name."""
+    catalog = load_domains(paths.domains)
+    return [BfclMultiTurn(pool, limit=params.scale.evaluation.bfcl_tasks) if pool == "bfcl"
+            else AdmittedPool.from_paths(paths, catalog, pool) for pool in params.eval.pools]
+
+
+def evaluate(params: Params, paths: Paths) -> StageReport:
+    backbone, rollouts = params.backbone, params.scale.rollouts
+    models = checkpoint_models(params.eval.models, paths.models, backbone)
+    settings = RunSettings(
+        attempts=params.scale.evaluation.attempts, seed=params.seed, batch_size=rollouts.batch_size,
+        limits=RolloutLimits.of(rollouts, backbone.generation))
+    evaluation = run_evaluation(models, benchmarks_for(params, paths), settings, out=paths.evaluation,
+                                timings=paths.evaluation_timings, work=paths.evaluation_work,
+                                resamples=params.eval.bootstrap, confidence=params.eval.confidence)
+    write_json(paths.transfer, headline(evaluation.metrics))
+    write_tsv(paths.evaluate_models_plot, evaluation.model_rows,
+              ["label", "model", "pool", "metric", "value", "low", "high"])
+    write_tsv(paths.evaluate_domains_plot, evaluation.domain_rows,
+              ["label", "model", "pool", "domain_id", "tasks", "episodes", "pass_rate"])
+    for pool, summary in evaluation.metrics["pools"].items():
+        for model, entry in summary["models"].items():
+            delta = summary["deltas"].get(model, {}).get("pass_rate")
+            versus = (f", {delta['value']:+.3f} [{delta['low']:+.3f}, {delta['high']:+.3f}] vs "
+                      f"{evaluation.metrics['reference']}" if delta and delta["value"] is not None else "")
+            rate = entry.get("pass_rate", {}).get("value")
+            print(f"evaluate: {pool}: {model}: {entry['episodes']} episodes on {summary['tasks']} tasks, "
+                  f"pass rate {rate}{versus}; finish reasons {entry['finish_reasons']}")
+    return StageReport(evaluation.metrics, tables={"per_benchmark": evaluation.table_rows})

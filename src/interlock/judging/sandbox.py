@@ -1,0 +1,414 @@
+"""Verification in separate processes: time and memory limits, no network, no secrets.
+
+Two ways in:
+
+- :class:`SandboxPool` starts N worker processes once and feeds them compiled-check jobs,
+  ``(workspace dir, [check specs]) -> [CheckOutcome]``. The specs travel over a pipe, never
+  through the workspace, and the workers read the workspace only through a confined
+  :class:`~interlock.synthesis.workspace.DirectoryStore`. A worker that crashes, runs out of memory or
+  overruns its time is killed and replaced; its job fails with the reason.
+- :func:`run_script` runs one check written by a model in a fresh process with the same limits,
+  on its own copy of the workspace: passed (exit status 0) or not, its output, and why.
+
+The child (``_child.py``) applies the limits to itself before it reads any job; see its
+docstring for the layers. The parent gives it only ``PATH`` and ``LANG`` from its own
+environment, and ``HOME``/``TMPDIR`` inside a fresh temporary folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from interlock.judging._child import read_message, write_message
+
+CHILD = Path(__file__).with_name("_child.py")
+#: try a new network namespace first (False: go straight to disabling sockets, as where the
+#: kernel refuses; the tests use it to exercise that path)
+USE_NETNS = True
+_KEPT_ENV = ("PATH", "LANG")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one sandboxed job may use."""
+
+    cpu_seconds: float = 5.0  # CPU time per job (RLIMIT_CPU)
+    wall_seconds: float = 10.0  # wall clock per job, enforced by the parent
+    memory_mb: int = 512  # address space of the process (RLIMIT_AS)
+    file_mb: int = 16  # largest file the process may write (RLIMIT_FSIZE)
+    output_chars: int = 4000  # how much of a script's output comes back
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class CheckOutcome(NamedTuple):
+    passed: bool
+    evidence: str
+    seconds: float  # time the check itself took inside the sandbox
+
+
+@dataclass(frozen=True)
+class ScriptResult:
+    passed: bool
+    output: str
+    reason: str  # "passed", "exit status 1", "wall-clock limit (10 s)", ...
+    isolation: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+
+def scratch_base(min_free_mb: int = 1024) -> str | None:
+    """Where judges place workspace copies: memory-backed ``/dev/shm`` where it is writable and
+    roomy (copies are small and many; on a disk file system creating and removing them is the
+    bottleneck), else the system's temporary folder."""
+    shm = Path("/dev/shm")
+    try:
+        usable = shm.is_dir() and os.access(shm, os.W_OK | os.X_OK)
+        stats = os.statvfs(shm) if usable else None
+    except OSError:
+        return None
+    return str(shm) if stats and stats.f_bavail * stats.f_frsize >= min_free_mb << 20 else None
+
+
+def minimal_env(scratch: Path) -> dict[str, str]:
+    """The child's whole environment: nothing inherited but PATH and LANG."""
+    env = {name: os.environ[name] for name in _KEPT_ENV if name in os.environ}
+    env.setdefault("PATH", "/usr/bin:/bin")
+    env.setdefault("LANG", "C.UTF-8")
+    (scratch / "home").mkdir(parents=True, exist_ok=True)
+    (scratch / "tmp").mkdir(parents=True, exist_ok=True)
+    env.update(HOME=str(scratch / "home"), TMPDIR=str(scratch / "tmp"), PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+def _command(mode: str, limits: Limits, cpu: bool) -> list[str]:
+    return [sys.executable, "-I", str(CHILD), mode, "--cpu", str(limits.cpu_seconds if cpu else 0),
+            "--memory-mb", str(limits.memory_mb), "--file-mb", str(limits.file_mb),
+            "--netns", "1" if USE_NETNS else "0"]
+
+
+def _describe_exit(code: int | None, limits: Limits) -> str:
+    if code is None:
+        return f"wall-clock limit ({limits.wall_seconds:g} s)"
+    if code < 0:
+        sig = -code
+        if sig == signal.SIGXCPU:
+            return f"CPU time limit ({limits.cpu_seconds:g} s)"
+        if sig == signal.SIGKILL:
+            return "killed (CPU hard limit or out of memory)"
+        try:
+            return f"killed by {signal.Signals(sig).name}"
+        except ValueError:
+            return f"killed by signal {sig}"
+    return f"exit status {code}"
+
+
+# ----------------------------------------------------------------------------- the pool
+
+class _Worker:
+    def __init__(self, limits: Limits, scratch: Path, index: int) -> None:
+        self.home = scratch / f"worker{index}"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.log = open(self.home / "stderr.log", "wb")  # noqa: SIM115 - closed in close()
+        self.process = subprocess.Popen(
+            _command("worker", limits, cpu=False), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.log, env=minimal_env(self.home), cwd=self.home, close_fds=True,
+            start_new_session=True, bufsize=0)
+        self.job: int | None = None
+        self.deadline = 0.0
+        self.started = 0.0
+        self.network = "?"
+
+    def handshake(self, timeout: float) -> None:
+        ready, _, _ = _select([self.process.stdout], timeout)
+        message = read_message(self.process.stdout) if ready else None
+        if not message or not message.get("ready"):
+            self.close()
+            raise RuntimeError(f"sandbox worker did not start: {self.stderr_tail()}")
+        self.network = message["network"]
+
+    def send(self, index: int, root: str, specs: list[dict], limits: Limits) -> None:
+        self.job, self.started = index, time.perf_counter()
+        self.deadline = self.started + limits.wall_seconds
+        write_message(self.process.stdin, {"root": root, "specs": specs,
+                                           "cpu_seconds": limits.cpu_seconds})
+
+    def stderr_tail(self) -> str:
+        self.log.flush()
+        try:
+            text = (self.home / "stderr.log").read_bytes()[-600:].decode(errors="replace").strip()
+        except OSError:
+            text = ""
+        return text.splitlines()[-1] if text else "no output"
+
+    def close(self) -> None:
+        for stream in (self.process.stdin, self.process.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()
+        try:
+            self.process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self.log.close()
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)  # its own session: only what it started
+        self.process.wait()
+
+
+def _select(streams: list, timeout: float) -> tuple[list, list, list]:
+    import select
+
+    return select.select(streams, [], [], max(0.0, timeout))
+
+
+class SandboxPool:
+    """N sandboxed worker processes for compiled checks, started once, replaced when they die."""
+
+    def __init__(self, workers: int | None = None, limits: Limits = DEFAULT_LIMITS,
+                 scratch: Path | str | None = None) -> None:
+        self.size = max(1, workers or min(os.cpu_count() or 1, 8))
+        self.limits = limits
+        self._own_scratch = scratch is None
+        self.scratch = Path(scratch or tempfile.mkdtemp(prefix="interlock-sandbox-"))
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        self._workers: list[_Worker] = []
+        self._spawned = 0
+        self.restarts = 0
+
+    # lifecycle
+    def __enter__(self) -> SandboxPool:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        if self._workers:
+            return
+        fresh = [self._spawn() for _ in range(self.size)]
+        for worker in fresh:
+            worker.handshake(timeout=60)
+        self._workers = fresh
+
+    def close(self) -> None:
+        for worker in self._workers:
+            worker.close()
+        self._workers = []
+        if self._own_scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    @property
+    def network(self) -> str:
+        """How the workers are kept off the network: ``netns`` or ``sockets-disabled (...)``."""
+        self.start()
+        return self._workers[0].network
+
+    def _spawn(self) -> _Worker:
+        self._spawned += 1
+        return _Worker(self.limits, self.scratch, self._spawned)
+
+    def _replace(self, worker: _Worker) -> _Worker:
+        worker.kill()
+        worker.close()
+        self.restarts += 1
+        fresh = self._spawn()
+        fresh.handshake(timeout=60)
+        self._workers[self._workers.index(worker)] = fresh
+        return fresh
+
+    # jobs
+    def run(self, jobs: list[tuple[Path | str, list[dict]]]) -> list[list[CheckOutcome]]:
+        """Every job's outcomes, in job order; the workers take jobs as they become free.
+
+        A job whose worker dies is retried once on a fresh worker (the worker may have died of
+        something else); if that one dies too, the job fails with the reason. A job that
+        overruns the wall clock fails at once, and its worker is replaced."""
+        self.start()
+        results: list[list[CheckOutcome] | None] = [None] * len(jobs)
+        queue = deque(range(len(jobs)))
+        deaths: Counter = Counter()
+        selector = selectors.DefaultSelector()
+
+        def died(worker: _Worker, index: int) -> _Worker:
+            worker.process.poll()
+            reason = _describe_exit(worker.process.returncode, self.limits)
+            deaths[index] += 1
+            if deaths[index] < 2:
+                queue.appendleft(index)
+            else:
+                results[index] = self._failed(jobs[index][1], f"the check process ended ({reason}; "
+                                                              f"{worker.stderr_tail()})")
+            return self._replace(worker)
+
+        def feed(worker: _Worker) -> None:
+            while queue:
+                index = queue.popleft()
+                root, specs = jobs[index]
+                try:
+                    worker.send(index, str(root), specs, self.limits)
+                except OSError:  # a broken pipe: it died while idle
+                    worker = died(worker, index)
+                    continue
+                selector.register(worker.process.stdout, selectors.EVENT_READ, worker)
+                return
+            worker.job = None
+
+        try:
+            for worker in list(self._workers):
+                feed(worker)
+            while any(r is None for r in results):
+                busy = [w for w in self._workers if w.job is not None]
+                timeout = min(w.deadline for w in busy) - time.perf_counter()
+                for key, _ in selector.select(max(0.0, timeout)):
+                    worker: _Worker = key.data
+                    selector.unregister(key.fileobj)
+                    index, specs = worker.job, jobs[worker.job][1]
+                    try:
+                        message = read_message(worker.process.stdout)
+                    except (OSError, ValueError):
+                        message = None
+                    if message is None or len(message.get("results", ())) != len(specs):
+                        feed(died(worker, index))
+                        continue
+                    results[index] = [CheckOutcome(bool(p), str(e), float(s))
+                                      for p, e, s in message["results"]]
+                    feed(worker)
+                now = time.perf_counter()
+                for worker in [w for w in self._workers if w.job is not None and w.deadline <= now]:
+                    selector.unregister(worker.process.stdout)
+                    results[worker.job] = self._failed(
+                        jobs[worker.job][1], f"the checks overran the wall-clock limit "
+                                             f"({self.limits.wall_seconds:g} s)")
+                    feed(self._replace(worker))
+        finally:
+            selector.close()
+        return results  # type: ignore[return-value]
+
+    @staticmethod
+    def _failed(specs: list[dict], reason: str) -> list[CheckOutcome]:
+        return [CheckOutcome(False, f"sandbox: {reason}", 0.0) for _ in specs]
+
+
+# ----------------------------------------------------------------------------- scripts
+
+def _others_can_read(path: Path) -> bool:
+    """Whether an unprivileged user can reach and read ``path``."""
+    path = Path(path).resolve()
+    try:
+        for folder in [*reversed(path.parents), path]:
+            mode = folder.stat().st_mode
+            if folder.is_dir() and not mode & 0o001:
+                return False
+        return bool(path.stat().st_mode & 0o004)
+    except OSError:
+        return False
+
+
+def _python_roots() -> list[str]:
+    """What a script's interpreter must be able to read: its own libraries, nothing of the
+    project (not the parent's import path, which may hold the repository)."""
+    paths = sysconfig.get_paths()
+    roots = {sys.base_prefix, sys.base_exec_prefix,
+             *(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))}
+    return sorted(os.path.realpath(r) for r in roots)
+
+
+def can_drop_privileges(base: Path) -> bool:
+    """Running as root, and ``nobody`` could still run Python and reach ``base``."""
+    if os.geteuid() != 0:
+        return False
+    needed = [Path(sysconfig.get_paths()["stdlib"]) / "os.py", Path(sys.executable), base]
+    return all(_others_can_read(p) for p in needed)
+
+
+def run_script(code: str, workspace_dir: Path | str, limits: Limits = DEFAULT_LIMITS,
+               base: Path | str | None = None) -> ScriptResult:
+    """Run a model-written check in a fresh sandboxed process on a copy of ``workspace_dir``.
+
+    It passes when it exits with status 0 (fail with ``assert`` or ``sys.exit(1)``). A timeout,
+    crash, or refused operation is a failure with the reason; this function never raises for
+    anything the script does."""
+    start = time.perf_counter()
+    scratch = Path(tempfile.mkdtemp(prefix="interlock-script-", dir=base))
+    try:
+        workspace = scratch / "workspace"
+        shutil.copytree(workspace_dir, workspace, symlinks=True)
+        env = minimal_env(scratch)
+        drop = can_drop_privileges(scratch)
+        if drop:
+            scratch.chmod(0o755)
+        job = {"code": code, "workspace": str(workspace), "scratch": str(scratch),
+               "read_roots": _python_roots(), "drop_uid": drop}
+        log_path = scratch.parent / f"{scratch.name}.log"  # outside what the script may write
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                _command("script", limits, cpu=True), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=log, env=env, cwd=scratch, close_fds=True, start_new_session=True)
+            payload = _framed(job)
+            try:
+                report, _ = process.communicate(payload, timeout=limits.wall_seconds)
+                code_ = process.returncode
+            except subprocess.TimeoutExpired:
+                _kill_group(process)
+                report, _ = process.communicate()
+                code_ = None
+        output = _head(log_path, limits.output_chars)
+        log_path.unlink(missing_ok=True)
+        isolation = _isolation(report)
+        reason = "passed" if code_ == 0 else _describe_exit(code_, limits)
+        if code_ not in (0, None) and "MemoryError" in output:
+            reason = f"out of memory ({limits.memory_mb} MB)"
+        return ScriptResult(code_ == 0, output, reason, isolation, time.perf_counter() - start)
+    except OSError as exc:
+        return ScriptResult(False, "", f"could not run the script: {exc}", (), time.perf_counter() - start)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _framed(message: dict) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    write_message(buffer, message)
+    return buffer.getvalue()
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
+
+
+def _head(path: Path, chars: int) -> str:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(chars * 4 + 4)
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return text[:chars] + ("\n[... output clipped]" if len(text) > chars else "")
+
+
+def _isolation(report: bytes) -> tuple[str, ...]:
+    try:
+        return tuple(json.loads(report.decode().splitlines()[0])["isolation"])
+    except (ValueError, IndexError, KeyError, UnicodeDecodeError):
+        return ()

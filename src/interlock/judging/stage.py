@@ -1,0 +1,242 @@
+"""The ``judge`` and ``accept`` stages.
+
+``judge``: both judges grade the whole rollout pool, streamed by row group. The verdict tables
+are deterministic (no timings); cost and error rates go to the returned metrics.
+
+``accept``: a trajectory is accepted only if every mandatory criterion of its task passes under
+the configured judge's verdicts (a missing verdict fails).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+from tqdm import tqdm
+
+from interlock.core import schemas
+from interlock.core.backend import ChatBackend
+from interlock.core.config import Params
+from interlock.core.errors import InterlockError
+from interlock.core.io import (
+    batched,
+    count_rows,
+    iter_row_groups,
+    open_table,
+    write_row_groups,
+    write_table_set,
+    write_tsv,
+)
+from interlock.core.paths import Paths
+from interlock.core.tracking import StageReport
+from interlock.judging.agent import AgentJudge
+from interlock.judging.metrics import JudgeStats
+from interlock.judging.sandbox import DEFAULT_LIMITS, Limits
+from interlock.judging.text import TextJudge
+from interlock.judging.verdicts import Judgement
+from interlock.models.backends import make_backend
+from interlock.rollout.trajectory import Trajectory
+from interlock.synthesis.packs import TaskPack
+from interlock.synthesis.tasks import iter_packs
+
+JUDGES = ("agent", "text")
+#: the paper's accepted trajectories, for scale
+PAPER_PER_ACCEPTED = {"turns": 27.6, "tool_calls": 42}
+
+
+def trajectory_task_ids(path: Path) -> set[str]:
+    handle = open_table(path, schemas.TRAJECTORIES)
+    return {t for batch in handle.iter_batches(columns=["task_id"]) for t in batch.column(0).to_pylist()}
+
+
+def load_packs(packs_dir: Path, task_ids: set[str]) -> dict[str, TaskPack]:
+    """The packs of the given tasks only (streamed: the rest are never kept)."""
+    packs = {}
+    for group in iter_packs(packs_dir):
+        packs.update({p.task_id: p for p in group if p.task_id in task_ids})
+    missing = sorted(task_ids - set(packs))
+    if missing:
+        raise InterlockError(f"{len(missing)} rolled-out task(s) have no pack, e.g. {missing[0]}",
+                             file=str(packs_dir))
+    return packs
+
+
+def iter_trajectories(path: Path) -> Iterator[list[Trajectory]]:
+    for rows in iter_row_groups(path, schemas.TRAJECTORIES):
+        yield [Trajectory.from_row(row, str(path)) for row in rows]
+
+
+def judge_rows(judgements: list[Judgement]) -> list[dict]:
+    return [row for j in judgements for row in j.verdicts]
+
+
+def collateral_rows(judgements: list[Judgement]) -> list[dict]:
+    return [{"rollout_id": j.rollout_id, "task_id": j.task_id, "file": c["file"],
+             "record": None if c["record"] is None else str(c["record"]), "reason": c["reason"]}
+            for j in judgements for c in j.collateral]
+
+
+def run_judge(trajectories: Path, packs_dir: Path, out: Path, *, workers: int | None = None,
+              limits: Limits = DEFAULT_LIMITS, agent_backend: ChatBackend | None = None,
+              text_backend: ChatBackend | None = None, batch_size: int = 64,
+              progress: bool = True) -> dict:
+    """Both judges over every rollout; writes ``out/{agent,text,collateral}.parquet``, aligned
+    by row group with the trajectories; returns the metrics (cost, error rates)."""
+    packs = load_packs(packs_dir, trajectory_task_ids(trajectories))
+    total = count_rows(trajectories, schemas.TRAJECTORIES)
+    stats = JudgeStats()
+    text = TextJudge(text_backend)
+    with (AgentJudge(workers=workers, limits=limits, backend=agent_backend) as agent,
+          write_table_set(out, schemas.JUDGE_TABLES) as tables,
+          tqdm(total=total, desc="judge", unit="rollout", mininterval=1.0, dynamic_ncols=True,
+               disable=not progress) as bar):
+        network = agent.pool.network
+        for group in iter_trajectories(trajectories):
+            rows: dict[str, list[dict]] = {name: [] for name in schemas.JUDGE_TABLES}
+            for chunk in batched(group, batch_size):
+                chunk_packs = [packs[t.task_id] for t in chunk]
+                items = list(zip(chunk, chunk_packs, strict=True))
+                start = time.perf_counter()
+                by_agent = agent.judge(items)
+                stats.add_wall("agent", time.perf_counter() - start)
+                start = time.perf_counter()
+                by_text = text.judge(items)
+                stats.add_wall("text", time.perf_counter() - start)
+                stats.add(chunk, chunk_packs, by_agent, {"agent": by_agent, "text": by_text})
+                rows["agent"] += judge_rows(by_agent)
+                rows["text"] += judge_rows(by_text)
+                rows["collateral"] += collateral_rows(by_agent)
+                bar.update(len(chunk))
+            tables.write(rows)
+        restarts = agent.pool.restarts
+    summary = stats.summary()
+    summary["sandbox"] = {"network": network, "workers": agent.pool.size, "worker_restarts": restarts,
+                          "limits": {"cpu_seconds": limits.cpu_seconds, "wall_seconds": limits.wall_seconds,
+                                     "memory_mb": limits.memory_mb, "file_mb": limits.file_mb}}
+    summary["backends"] = {"agent": getattr(agent_backend, "name", "scripted"),
+                           "text": getattr(text_backend, "name", "scripted (credulous)")}
+    return summary
+
+
+# ----------------------------------------------------------------------------- accept
+
+def mandatory_criteria(packs_dir: Path) -> dict[str, set[str]]:
+    """task id -> its mandatory criterion ids."""
+    mandatory: dict[str, set[str]] = defaultdict(set)
+    for rows in iter_row_groups(packs_dir / "rubrics.parquet", schemas.PACK_TABLES["rubrics"]):
+        for row in rows:
+            if row["mandatory"]:
+                mandatory[row["task_id"]].add(row["criterion_id"])
+            else:
+                mandatory.setdefault(row["task_id"], set())
+    return dict(mandatory)
+
+
+def accepted_rollouts(verdicts_path: Path, mandatory: dict[str, set[str]], judge: str) -> set[str]:
+    """Rollouts whose every mandatory criterion has a passing verdict from ``judge``."""
+    passing: dict[str, set[str]] = defaultdict(set)
+    failed: set[str] = set()
+    tasks: dict[str, str] = {}
+    for rows in iter_row_groups(verdicts_path, schemas.VERDICTS):
+        for row in rows:
+            if row["judge"] != judge:
+                raise InterlockError(f"a verdict by {row['judge']!r} in the {judge!r} table",
+                                     file=str(verdicts_path), item=row["rollout_id"], field="judge")
+            rollout, task = row["rollout_id"], row["task_id"]
+            tasks[rollout] = task
+            if row["criterion_id"] not in mandatory.get(task, ()):
+                continue
+            if row["passed"]:
+                passing[rollout].add(row["criterion_id"])
+            else:
+                failed.add(rollout)
+    return {r for r, task in tasks.items()
+            if r not in failed and task in mandatory and passing[r] >= mandatory[task]}
+
+
+def run_accept(trajectories: Path, judge_dir: Path, packs_dir: Path, out: Path, *,
+               judge: str) -> tuple[dict, list[dict]]:
+    """Write the accepted trajectories (TRAJECTORIES schema; an empty table if none); return the
+    metrics and the per-domain rows of the acceptance plot."""
+    if judge not in JUDGES:
+        raise InterlockError(f"unknown judge {judge!r}; choose from {', '.join(JUDGES)}", field="judge.name")
+    mandatory = mandatory_criteria(packs_dir)
+    accepted = accepted_rollouts(judge_dir / f"{judge}.parquet", mandatory, judge)
+    by_domain: dict[str, Counter] = defaultdict(Counter)
+    by_policy: dict[str, Counter] = defaultdict(Counter)
+    totals: Counter = Counter()
+    with write_row_groups(out, schemas.TRAJECTORIES) as writer:
+        for rows in iter_row_groups(trajectories, schemas.TRAJECTORIES):
+            kept = [row for row in rows if row["rollout_id"] in accepted]
+            for row in rows:
+                ok = row["rollout_id"] in accepted
+                for counter in (by_domain[row["domain_id"]], by_policy[row["policy"]], totals):
+                    counter["rollouts"] += 1
+                    counter["accepted"] += ok
+                if ok:
+                    totals["turns"] += row["turns"]
+                    totals["tool_calls"] += row["tool_calls"]
+            if kept:
+                writer.write(kept)
+    n, k = totals["rollouts"], totals["accepted"]
+    plot = [{"domain_id": d, "rollouts": c["rollouts"], "accepted": c["accepted"],
+             "acceptance": round(c["accepted"] / c["rollouts"], 4)} for d, c in sorted(by_domain.items())]
+    metrics = {
+        "judge": judge, "rollouts": n, "accepted": k,
+        "acceptance": round(k / n, 4) if n else None,
+        "nothing_accepted": k == 0,
+        "message": (f"{k} of {n} trajectories accepted under the {judge} judge" if k else
+                    f"nothing accepted: none of the {n} trajectories passed every mandatory criterion "
+                    f"under the {judge} judge; the accepted table is empty"),
+        "domains": len(by_domain),
+        "domains_with_accepted": sum(1 for c in by_domain.values() if c["accepted"]),
+        "by_domain": {row["domain_id"]: {k_: row[k_] for k_ in ("rollouts", "accepted", "acceptance")}
+                      for row in plot},
+        "by_policy": {p: {"rollouts": c["rollouts"], "accepted": c["accepted"],
+                          "acceptance": round(c["accepted"] / c["rollouts"], 4)}
+                      for p, c in sorted(by_policy.items())},
+        "per_accepted": {"turns": round(totals["turns"] / k, 2) if k else None,
+                         "tool_calls": round(totals["tool_calls"] / k, 2) if k else None},
+        "paper_per_accepted": PAPER_PER_ACCEPTED,
+    }
+    return metrics, plot
+
+
+# ----------------------------------------------------------------------------- the stages
+
+def judge(params: Params, paths: Paths) -> StageReport:
+    """Both judges grade the policy's rollouts (what ``accept`` keeps) and the review's validation
+    rollouts (a pool with a known completion gap, to measure the judges on). The ``judge`` choice is
+    not read here: it only decides whose verdicts ``accept`` uses."""
+    model = None
+    if params.scale.judging.backend == "policy":
+        model = make_backend(params.backbone, paths.model(params.scale.rollouts.policy))
+    backends = {"agent_backend": model, "text_backend": model}
+    metrics = {"rollouts": run_judge(paths.trajectories, paths.packs, paths.judgements, **backends),
+               "calibration": run_judge(paths.validation, paths.packs, paths.calibration, **backends)}
+    for pool, summary in metrics.items():
+        for name, judged in summary["judges"].items():
+            rates = judged["vs_truth"].get("all", {}).get("trajectories") or {}
+            print(f"judge: {pool}: {name}: {judged['accepted']} of {judged['rollouts']} accepted, "
+                  f"{judged['rollouts_per_second']} rollouts/s, {judged['output_tokens']} output tokens, "
+                  f"false accepts {rates.get('false_accept_rate')}, "
+                  f"false rejects {rates.get('false_reject_rate')}")
+    return StageReport(metrics)
+
+
+def accept(params: Params, paths: Paths) -> StageReport:
+    """Keep the trajectories whose every mandatory criterion passes under the configured judge
+    (``judge=agent`` or ``judge=text``); report acceptance per domain."""
+    metrics, plot = run_accept(paths.trajectories, paths.judgements, paths.packs, paths.accepted_table,
+                               judge=params.judge.name)
+    write_tsv(paths.accept_plot, plot, ["domain_id", "rollouts", "accepted", "acceptance"])
+    print(f"accept: {metrics['message']}")
+    if not metrics["nothing_accepted"]:
+        per = metrics["per_accepted"]
+        print(f"accept: {metrics['domains_with_accepted']} of {metrics['domains']} domains; per accepted "
+              f"trajectory {per['turns']} turns and {per['tool_calls']} tool calls "
+              f"(the paper: ~{PAPER_PER_ACCEPTED['turns']} and ~{PAPER_PER_ACCEPTED['tool_calls']})")
+    # per domain as a table (the plot's rows), not as hundreds of summary keys
+    return StageReport(metrics, tables={"by_domain": plot})

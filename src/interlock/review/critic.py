@@ -1,0 +1,117 @@
+"""Public-input critic: sees only what the solver sees (the request and the workspace).
+
+It solves the task from public material alone, by parsing the request and the policy with the
+same templates that wrote them, and runs every criterion's check on its own result. A
+criterion that fails there depends on something the public material does not say: a hidden
+condition, a value only the private index holds, a deliverable the request never asks for.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from interlock.core.chat import ToolCall
+from interlock.synthesis.checks import View, run_check
+from interlock.synthesis.kinds.couplings import COUPLING_KINDS, Constraint, resolve
+from interlock.synthesis.kinds.decisions import DECISION_KINDS
+from interlock.synthesis.kinds.effects import EFFECT_KINDS, register_entry
+from interlock.synthesis.oracle import replay
+from interlock.synthesis.packs import CLAUSE_LINE, OPTIONS_LINE, REGISTER_LINE, REQUEST_PATH, SCOPE, TaskPack
+from interlock.synthesis.workspace import MemoryStore, parse_csv
+
+
+class NotDerivable(Exception):
+    """Public material does not say enough to solve the task at all."""
+
+
+def public_solution(files: dict[str, str]) -> tuple[list[ToolCall], MemoryStore]:
+    """Solve from the public request and workspace only; return the calls and the final state."""
+    request = files.get(REQUEST_PATH)
+    if request is None:
+        raise NotDerivable("the workspace has no request")
+    lines = [line.strip() for line in request.splitlines()]
+    scope = _first(SCOPE.parse(line) for line in lines)
+    if scope is None:
+        raise NotDerivable("the request does not say which records to process under which policy")
+    options_line = _first(OPTIONS_LINE.parse(line) for line in lines)
+    deliverables = []
+    for line in lines:
+        text = line.removeprefix("- ")
+        for kind in EFFECT_KINDS.values():
+            words = kind.parse(text)
+            if words is not None:
+                deliverables.append((kind, words))
+    register = _first(REGISTER_LINE.parse(line.removeprefix("- ")) for line in lines)
+
+    table = files.get(scope["table"])
+    policy = files.get(scope["policy"])
+    if table is None or policy is None:
+        raise NotDerivable(f"{scope['table'] if table is None else scope['policy']} is not in the workspace")
+    header, rows = parse_csv(table)
+    pending = [r for r in rows if r.get("status") == "pending"]
+    rule = rule_kind = rule_ref = None
+    couplings = []
+    for line in policy.splitlines():
+        clause = CLAUSE_LINE.parse(line)
+        if clause is None:
+            continue
+        for kind in DECISION_KINDS.values():
+            parsed = kind.parse(clause["text"])
+            if parsed is not None and rule is None:
+                rule, rule_kind, rule_ref = parsed, kind, clause["ref"]
+        for name, coupling in COUPLING_KINDS.items():
+            parsed = coupling.parse(clause["text"])
+            if parsed is not None:
+                couplings.append((name, parsed, clause["ref"]))
+    if rule is None:
+        raise NotDerivable(f"{scope['policy']} states no decision rule")
+    options_by_case = defaultdict(list)
+    if options_line is not None:
+        _, option_rows = parse_csv(files.get(options_line["options_table"], ""))
+        for option in option_rows:
+            options_by_case[option.get("case_id")].append(option)
+
+    date_column = next((c[1]["date"] for c in couplings if "date" in c[1]), None)
+    order = sorted(pending, key=lambda r: (r.get(date_column, "") if date_column else "", r["id"]))
+    by_id = {r["id"]: r for r in order}
+    constraints = []
+    for name, parsed, ref in couplings:
+        members = tuple(r["id"] for r in order if r.get(parsed["group_column"]) == parsed["group"])
+        if members:
+            constraints.append(Constraint(name, parsed, ref, members))
+    alternatives = {case_id: rule_kind.alternatives(row, rule, options_by_case[case_id])
+                    for case_id, row in by_id.items()}
+    decided = resolve(list(by_id), alternatives, rule_ref, constraints)
+
+    calls = [ToolCall("list_files", {})]
+    for case_id, choice in decided.items():
+        if register is not None:
+            calls.append(register_entry(case_id, choice.outcome.value, choice.basis,
+                                        register["file"]).tool_call())
+        for kind, words in deliverables:
+            if kind.every_outcome or not choice.outcome.fallback:
+                calls.append(kind.realize(words, by_id[case_id], choice.outcome, choice.basis).tool_call())
+    calls.append(ToolCall("submit", {}))
+    _, final = replay(files, calls)
+    return calls, final
+
+
+def critic_problems(pack: TaskPack) -> list[dict]:
+    """The criteria a solver with only public material cannot satisfy, and why."""
+    try:
+        _, final = public_solution(pack.public_files())
+    except (NotDerivable, KeyError, ValueError) as exc:
+        reason = f"cannot be solved from public material: {exc}"
+        return [{"criterion_id": c.criterion_id, "problem": reason} for c in pack.rubric]
+    view = View(final)
+    problems = []
+    for criterion in pack.rubric:
+        passed, evidence = run_check(pack.checks[criterion.criterion_id], view)
+        if not passed:
+            problems.append({"criterion_id": criterion.criterion_id,
+                             "problem": f"not derivable from public material ({criterion.kind}): {evidence}"})
+    return problems
+
+
+def _first(items):
+    return next((item for item in items if item is not None), None)

@@ -1,0 +1,205 @@
+"""The rollout engine: many episodes step together, one batched generation per turn.
+
+Each episode acts in its own :class:`Environment`: by default a fresh copy of its task's
+workspace on disk with the file tools (:class:`WorkspaceEnvironment`); an external benchmark
+brings its own (BFCL's simulated APIs). Every assistant turn may carry several tool calls;
+malformed calls, unknown tools and bad arguments come back as error observations; a turn
+without calls ends the episode, or hands the agent the environment's next user message; every
+episode records why it ended.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from interlock.core.backend import ChatBackend, ChatRequest, EpisodeTask
+from interlock.core.chat import Message, ToolCall, ToolResult, parse_turn
+from interlock.rollout.trajectory import FinishReason, Trajectory
+from interlock.synthesis.tasks import TaskContext
+from interlock.synthesis.workspace import TOOL_SPECS, changed_files, execute, materialize, workspace_diff
+
+SYSTEM_PROMPT = (
+    "You are an operations agent. You work only through the tools on the files of a workspace. "
+    "Read the records and the policy, decide every case the request names, record each decision "
+    "and carry it through to every record the request lists, then call submit. Write each tool "
+    "call as <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>; several calls may "
+    "follow each other in one turn."
+)
+TOOLS = tuple({"type": "function", "function": spec} for spec in TOOL_SPECS)
+
+
+@dataclass(frozen=True)
+class RolloutLimits:
+    #: assistant turns per user message: per episode for a workspace task (one request), per user
+    #: turn where the environment hands out several (BFCL's step limit)
+    max_turns: int = 24
+    max_new_tokens: int = 256  # per assistant turn
+    max_calls_per_turn: int = 16
+    max_observation_chars: int = 4000  # longer tool outputs are clipped (flooding cannot blow the context)
+    temperature: float = 0.7
+
+    @classmethod
+    def of(cls, rollouts, generation) -> RolloutLimits:
+        """The limits the config sets (``scale.rollouts`` and ``backbone.generation``): the
+        rollouts stage and the evaluation roll out under the same ones."""
+        return cls(max_turns=rollouts.max_turns, max_new_tokens=generation.max_new_tokens,
+                   max_observation_chars=rollouts.max_observation_chars, temperature=generation.temperature)
+
+
+class Environment(Protocol):
+    """What one episode acts in: the engine owns the conversation, the environment its world."""
+
+    tools: tuple[dict, ...]  # OpenAI-style tool dicts, sent with every request
+
+    def opening(self) -> list[Message]:
+        """The first messages: the system prompt and the first user message."""
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        """Run one parsed call; a bad call is an error observation, never an exception."""
+
+    def next_user_message(self) -> Message | None:
+        """The assistant replied without a call: the next user message, or None (the end)."""
+
+    def close(self) -> tuple[dict[str, str | None], list[dict]]:
+        """The episode's final state as the trajectory records it (``final_files``, ``diff``);
+        the environment is released."""
+
+
+class WorkspaceEnvironment:
+    """A task's workspace on disk and the file tools: the synthesized tasks' environment."""
+
+    tools = TOOLS
+
+    def __init__(self, episode: Episode, folder: Path) -> None:
+        if not isinstance(episode.task, TaskContext):
+            raise TypeError(f"a workspace episode needs a compiled task, not {type(episode.task).__name__}")
+        self.pack, self.folder = episode.task.pack, folder
+        self.store = materialize(self.pack.files, folder)
+
+    def opening(self) -> list[Message]:
+        return [Message("system", SYSTEM_PROMPT), Message("user", self.pack.request)]
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        return execute(self.store, call)
+
+    def next_user_message(self) -> None:
+        return None  # one request: a turn without calls means the agent stopped acting
+
+    def close(self) -> tuple[dict[str, str | None], list[dict]]:
+        final = {path: self.store.read(path) for path in self.store.files()}
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return changed_files(self.pack.files, final), workspace_diff(self.pack.files, final)
+
+
+@dataclass
+class Episode:
+    rollout_id: str
+    task: EpisodeTask  # a compiled task (TaskContext) for the workspace; its own for other environments
+    domain_id: str
+    pool: str
+    policy: str
+    attempt: int
+    seed: int
+    messages: list[Message] = field(default_factory=list)
+    #: opens the episode's environment in its own scratch folder (a class or any callable)
+    open_environment: Callable[[Episode, Path], Environment] = WorkspaceEnvironment
+    environment: Environment | None = None
+    turns: int = 0
+    steps: int = 0  # assistant turns since the last user message
+    tool_calls: int = 0
+    invalid_calls: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    finish_reason: FinishReason | None = None
+    started: float = 0.0
+
+
+def run_episodes(episodes: Iterable[Episode], backend: ChatBackend, limits: RolloutLimits, workdir: Path,
+                 batch_size: int = 16) -> Iterator[Trajectory]:
+    """Continuous batching: finished episodes leave the batch and waiting ones take their place."""
+    waiting = iter(episodes)
+    live: list[Episode] = []
+    workdir.mkdir(parents=True, exist_ok=True)
+    while True:
+        while len(live) < batch_size:
+            episode = next(waiting, None)
+            if episode is None:
+                break
+            live.append(_start(episode, backend, workdir))
+        if not live:
+            return
+        requests = [ChatRequest(e.rollout_id, tuple(e.messages), e.environment.tools, limits.max_new_tokens,
+                                limits.temperature, e.seed + e.turns) for e in live]
+        for episode, completion in zip(live, backend.complete(requests), strict=True):
+            episode.turns += 1
+            episode.steps += 1
+            episode.prompt_tokens = max(episode.prompt_tokens, completion.prompt_tokens)
+            episode.generated_tokens += completion.completion_tokens
+            if completion.finish_reason == "context":
+                episode.finish_reason = "context"
+                continue
+            _act(episode, completion.text, limits)
+            if episode.finish_reason is None and episode.steps >= limits.max_turns:
+                episode.finish_reason = "max_turns"
+        for episode in [e for e in live if e.finish_reason is not None]:
+            live.remove(episode)
+            yield _finish(episode, backend)
+
+
+def _start(episode: Episode, backend: ChatBackend, workdir: Path) -> Episode:
+    episode.started = time.perf_counter()
+    episode.environment = episode.open_environment(episode, workdir / episode.rollout_id)
+    episode.messages = episode.environment.opening()
+    backend.begin(episode.rollout_id, episode.task)
+    return episode
+
+
+def _act(episode: Episode, text: str, limits: RolloutLimits) -> None:
+    """Parse one assistant turn, run its calls, append the observations."""
+    parsed = parse_turn(text)
+    calls = parsed.calls[:limits.max_calls_per_turn]
+    episode.messages.append(Message("assistant", parsed.content, calls))
+    for problem in parsed.problems:
+        episode.invalid_calls += 1
+        episode.messages.append(Message("tool", f"error: {problem}", name="invalid"))
+    if len(parsed.calls) > limits.max_calls_per_turn:
+        episode.messages.append(Message("tool", f"error: at most {limits.max_calls_per_turn} tool calls "
+                                                "per turn; the rest were not run", name="invalid"))
+    if not calls and not parsed.problems:
+        message = episode.environment.next_user_message()
+        if message is None:
+            episode.finish_reason = "no_tool_call"
+        else:
+            episode.messages.append(message)
+            episode.steps = 0
+        return
+    for call in calls:
+        result = episode.environment.execute(call)
+        episode.tool_calls += 1
+        episode.invalid_calls += not result.ok
+        episode.messages.append(Message("tool", _clip(result.output, limits.max_observation_chars),
+                                        name=call.name))
+        if result.submitted:
+            episode.finish_reason = "submitted"
+            return
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... {len(text) - limit} more characters not shown]"
+
+
+def _finish(episode: Episode, backend: ChatBackend) -> Trajectory:
+    backend.end(episode.rollout_id)
+    final_files, diff = episode.environment.close()
+    return Trajectory(
+        episode.rollout_id, episode.task.task_id, episode.domain_id, episode.pool, episode.policy,
+        episode.attempt, episode.seed, episode.messages, episode.turns, episode.tool_calls,
+        episode.invalid_calls, episode.prompt_tokens, episode.generated_tokens, episode.finish_reason,
+        final_files, diff, seconds=time.perf_counter() - episode.started)

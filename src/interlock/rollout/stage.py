@@ -1,0 +1,47 @@
+"""The ``demos`` and ``rollouts`` stages: the oracle's reference demonstrations on the admitted
+``demo`` tasks, and the starting policy on every admitted ``rft`` task, ``attempts`` times each
+(resumable: killed at any point, a second run finishes only the missing episodes)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from interlock.core.config import Params
+from interlock.core.io import fingerprint
+from interlock.core.paths import Paths
+from interlock.core.tracking import StageReport
+from interlock.models.checkpoint import read_manifest
+from interlock.rollout.engine import RolloutLimits
+from interlock.rollout.runs import plan_episodes, run_rollouts, write_demonstrations
+from interlock.rollout.solvers import solver_backend
+from interlock.synthesis.tasks import admitted_count, admitted_tasks, load_domains
+
+
+def demos(params: Params, paths: Paths) -> StageReport:
+    """Reference demonstrations (disjoint from the rft tasks and the benchmark by construction of
+    the pools)."""
+    tasks = admitted_tasks(paths, load_domains(paths.domains), "demo")
+    with tempfile.TemporaryDirectory(prefix="interlock-demos-") as work:
+        summary = write_demonstrations(tasks, paths.demos_table, seed=params.seed, workdir=Path(work))
+    print(f"demos: {summary['episodes']} demonstrations, {summary['mean_tool_calls']} tool calls each")
+    return StageReport(summary)
+
+
+def rollouts(params: Params, paths: Paths) -> StageReport:
+    backbone, config = params.backbone, params.scale.rollouts
+    checkpoint = paths.model(config.policy)
+    backend, policy = solver_backend(config.solver, params, checkpoint, config.policy)
+    noisy = params.scale.validation if config.solver == "noisy" else None
+    # names the resumable parts: a run under other settings starts afresh
+    run_id = fingerprint(params.seed, config.model_dump(), backbone.name, backbone.backend, backbone.dtype,
+                         backbone.max_context, backbone.generation.model_dump(), read_manifest(checkpoint),
+                         noisy and [noisy.skip_effect, noisy.ignore_coupling])
+    episodes = plan_episodes(admitted_tasks(paths, load_domains(paths.domains), "rft"),
+                             policy=policy, attempts=config.attempts, seed=params.seed)
+    summary = run_rollouts(episodes, backend, RolloutLimits.of(config, backbone.generation),
+                           total=admitted_count(paths, "rft") * config.attempts, out=paths.trajectories,
+                           timings=paths.rollout_timings, work=paths.rollouts_work, run_id=run_id,
+                           batch_size=config.batch_size)
+    print(f"rollouts: {summary['episodes']} episodes, {summary['finish_reasons']}")
+    return StageReport(summary)

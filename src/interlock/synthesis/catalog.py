@@ -1,0 +1,312 @@
+"""The domain catalog: every domain is declared once, in ``domains.yaml``, never in the engine.
+
+A domain is a family of workflows with its own completion structure. Its *signature* is
+built from the closed vocabularies in :mod:`interlock.synthesis.kinds` only, so two domains that differ
+only in words share a signature and the catalog refuses them.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from interlock.core.errors import InterlockError
+from interlock.core.resources import resource
+from interlock.synthesis.kinds import (
+    ALL_OUTCOME_EFFECTS,
+    AMOUNT_DECISIONS,
+    AMOUNT_EFFECTS,
+    COUPLING_COMPATIBLE,
+    CouplingKindName,
+    DecisionKindName,
+    EffectKindName,
+)
+
+#: the catalog that ships with the package (``src/interlock/resources/``)
+CATALOG = "domains.yaml"
+_IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
+_WORD = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+#: decision kinds whose positive outcome is a word the domain chooses ("approved", "paid")
+POSITIVE_WORD_KINDS = frozenset({"limit_approval", "eligibility_approval", "capped_payment",
+                                 "rate_payment"})
+#: which case columns each decision kind reads
+REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
+    "limit_approval": ("amount",),
+    "eligibility_approval": ("amount", "category"),
+    "capped_payment": ("amount",),
+    "rate_payment": ("quantity",),
+    "tier_assignment": ("score",),
+    "team_routing": ("category",),
+    "option_selection": (),
+    "due_date": (),
+}
+
+
+def _words(values: list[str]) -> list[str]:
+    """Outcome and group words appear inside policy sentences: one word each, all distinct."""
+    for value in values:
+        if not _WORD.match(value):
+            raise ValueError(f"{value!r} must be one word (letters, digits, '_' or '-')")
+    if len(set(values)) != len(values):
+        raise ValueError("values must be distinct")
+    return values
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _relative_path(value: str, suffixes: tuple[str, ...]) -> str:
+    path = PurePosixPath(value)
+    if path.is_absolute() or ".." in path.parts or path.suffix not in suffixes:
+        raise ValueError(f"must be a relative path inside the workspace ending in {suffixes}")
+    return value
+
+
+class CaseTable(_Strict):
+    """The record table whose pending rows the agent decides on."""
+
+    noun: str
+    plural: str
+    table: str
+    id_prefix: str = Field(pattern=r"^[A-Z]{2,4}$")
+    subject: str = Field(description="column naming who or what the case is about")
+    subjects: list[str] | None = Field(
+        default=None, min_length=4, description="values of the subject column when it is not a person")
+    group: str = Field(description="column that partitions cases into coupling groups")
+    group_values: list[str] = Field(min_length=4)
+    date: str = Field(description="column with the date that orders cases for couplings")
+    amount: str | None = None
+    category: str | None = None
+    categories: list[str] | None = Field(default=None, min_length=4)
+    quantity: str | None = None
+    score: str | None = None
+
+    @field_validator("table")
+    @classmethod
+    def _table_path(cls, value: str) -> str:
+        return _relative_path(value, (".csv",))
+
+    @field_validator("subject", "group", "date", "amount", "category", "quantity", "score")
+    @classmethod
+    def _column(cls, value: str | None) -> str | None:
+        if value is not None and (not _IDENT.match(value) or value in {"id", "status"}):
+            raise ValueError("a column name is snake_case and not 'id' or 'status'")
+        return value
+
+    @field_validator("group_values", "categories")
+    @classmethod
+    def _word_list(cls, values: list[str] | None) -> list[str] | None:
+        return _words(values) if values is not None else None
+
+    def columns(self) -> list[str]:
+        optional = [self.amount, self.category, self.quantity, self.score]
+        return ["id", self.subject, self.group, self.date, *[c for c in optional if c], "status"]
+
+
+class OptionTable(_Strict):
+    """Candidate rows an ``option_selection`` decision chooses among (quotes, bids, slots)."""
+
+    table: str
+    noun: str
+    plural: str
+    provider: str = Field(description="column naming who offers the option")
+    providers: list[str] = Field(min_length=4)
+
+    @field_validator("providers")
+    @classmethod
+    def _word_list(cls, values: list[str]) -> list[str]:
+        return _words(values)
+
+    @field_validator("table")
+    @classmethod
+    def _table_path(cls, value: str) -> str:
+        return _relative_path(value, (".csv",))
+
+
+class DecisionSpec(_Strict):
+    """What the agent decides per case, in the domain's words."""
+
+    kind: DecisionKindName
+    positive: str | None = Field(default=None, description="outcome word for approval/payment kinds")
+    fallback: str = Field(description="outcome of a case that cannot get its preferred outcome")
+    tiers: list[str] | None = Field(default=None, min_length=2, max_length=3)
+    teams: list[str] | None = Field(default=None, min_length=3)
+    options: OptionTable | None = None
+
+    @field_validator("positive", "fallback")
+    @classmethod
+    def _word(cls, value: str | None) -> str | None:
+        return _words([value])[0] if value is not None else None
+
+    @field_validator("tiers", "teams")
+    @classmethod
+    def _word_list(cls, values: list[str] | None) -> list[str] | None:
+        return _words(values) if values is not None else None
+
+
+class EffectSpec(_Strict):
+    """A downstream record or artifact that must reflect each decision."""
+
+    kind: EffectKindName
+    label: str = Field(description="what a reader calls it, e.g. 'gross-cost ledger'")
+    file: str | None = Field(default=None, description="target file (a folder for 'document')")
+    code: str | None = Field(default=None, description="account or code a ledger posting carries")
+
+    @model_validator(mode="after")
+    def _target(self) -> EffectSpec:
+        if self.kind == "status_update":
+            if self.file is not None:
+                raise ValueError("status_update edits the case table; it takes no 'file'")
+            return self
+        if self.file is None:
+            raise ValueError(f"effect kind {self.kind} needs 'file'")
+        suffix = {"payment_instruction": (".jsonl",), "notification": (".jsonl",), "document": ("",)}
+        _relative_path(self.file, suffix.get(self.kind, (".csv",)))
+        if (self.kind == "ledger_posting") != bool(self.code):
+            raise ValueError("'code' (the account posted to) is given exactly for ledger_posting")
+        return self
+
+
+class PolicySpec(_Strict):
+    file: str
+    title: str
+
+    @field_validator("file")
+    @classmethod
+    def _policy_path(cls, value: str) -> str:
+        return _relative_path(value, (".md",))
+
+
+class Domain(_Strict):
+    """One declared domain. Validation here is all the engine needs to trust it."""
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    name: str
+    area: str
+    split: Literal["train", "heldout"]
+    summary: str
+    case: CaseTable
+    decision: DecisionSpec
+    couplings: list[CouplingKindName] = Field(min_length=1, max_length=2)
+    effects: list[EffectSpec] = Field(min_length=2, max_length=4)
+    policy: PolicySpec
+
+    def structure_problem(self) -> tuple[str, str] | None:
+        """The first cross-field defect as (field, reason), or None: what the engine relies on."""
+        kind, case = self.decision.kind, self.case
+        for role in REQUIRED_FIELDS[kind]:
+            if getattr(case, role) is None:
+                return f"case.{role}", f"decision kind {kind} needs the case column '{role}'"
+        if (kind in {"eligibility_approval", "team_routing"}) != (case.categories is not None):
+            return "case.categories", "given exactly when the decision reads a category"
+        columns = case.columns()
+        if len(set(columns)) != len(columns):
+            return "case", "case columns (subject, group, date, ...) must be distinct"
+        needs = {"positive": POSITIVE_WORD_KINDS, "tiers": {"tier_assignment"}, "teams": {"team_routing"},
+                 "options": {"option_selection"}}
+        for name, kinds in needs.items():
+            given = getattr(self.decision, name) is not None
+            if given != (kind in kinds):
+                verb = "needs" if kind in kinds else "takes no"
+                return f"decision.{name}", f"decision kind {kind} {verb} '{name}'"
+        values = [*(self.decision.tiers or ()), *(self.decision.teams or ()), self.decision.fallback]
+        if len(set(values)) != len(values):
+            return "decision.fallback", "tiers, teams and the fallback must be distinct"
+        if len(set(self.couplings)) != len(self.couplings):
+            return "couplings", "couplings must be distinct"
+        for index, coupling in enumerate(self.couplings):
+            if kind not in COUPLING_COMPATIBLE[coupling]:
+                return f"couplings.{index}", f"coupling {coupling} cannot bind decision kind {kind}"
+        if self.effects[0].kind not in ALL_OUTCOME_EFFECTS:
+            return "effects.0.kind", ("the first effect must apply to every outcome "
+                                      f"({', '.join(sorted(ALL_OUTCOME_EFFECTS))})")
+        effect_kinds = [e.kind for e in self.effects]
+        if len(set(effect_kinds)) != len(effect_kinds):
+            return "effects", "each effect kind at most once (a second target of a kind is no new structure)"
+        for index, effect in enumerate(self.effects):
+            if effect.kind in AMOUNT_EFFECTS and kind not in AMOUNT_DECISIONS:
+                return f"effects.{index}.kind", f"effect {effect.kind} posts an amount; {kind} has none"
+        paths = [case.table, self.policy.file, *(e.file for e in self.effects if e.file)]
+        if self.decision.options:
+            paths.append(self.decision.options.table)
+        if len(set(paths)) != len(paths):
+            return "effects", "case table, policy, option table and effect files must be distinct"
+        return None
+
+    @cached_property
+    def signature(self) -> str:
+        """Structural signature: kinds only, so renaming cannot make two domains distinct."""
+        return "|".join((
+            f"decision={self.decision.kind}",
+            "coupling=" + "+".join(sorted(self.couplings)),
+            "effects=" + "+".join(sorted(e.kind for e in self.effects)),
+        ))
+
+
+class Catalog:
+    """The validated list of domains, in declaration order."""
+
+    def __init__(self, domains: list[Domain], source: str) -> None:
+        self.domains = domains
+        self.source = source
+        self._by_id = {d.id: d for d in domains}
+
+    def __getitem__(self, domain_id: str) -> Domain:
+        try:
+            return self._by_id[domain_id]
+        except KeyError:
+            raise InterlockError(f"unknown domain {domain_id!r}", file=self.source) from None
+
+    def split(self, split: str) -> list[Domain]:
+        return [d for d in self.domains if d.split == split]
+
+
+def load_catalog(path: Path | str | None = None) -> Catalog:
+    """Read and validate a catalog (default: the package's own); any defect names the file, the
+    domain and the field."""
+    path = Path(path) if path is not None else resource(CATALOG)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InterlockError(f"cannot read the catalog: {exc}", file=str(path)) from exc
+    if not isinstance(raw, dict) or not isinstance(raw.get("domains"), list):
+        raise InterlockError("expected a mapping with a 'domains' list", file=str(path))
+    domains = []
+    for index, entry in enumerate(raw["domains"]):
+        named = isinstance(entry, dict) and "id" in entry
+        item = f"domains[{index}]" + (f" ({entry['id']})" if named else "")
+        try:
+            domains.append(Domain.model_validate(entry))
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = ".".join(str(part) for part in error["loc"]) or None
+            raise InterlockError(error["msg"], file=str(path), item=item, field=field) from None
+    check_catalog(domains, str(path))
+    return Catalog(domains, str(path))
+
+
+def check_catalog(domains: list[Domain], source: str) -> None:
+    """Each domain's structure, unique ids, and pairwise-distinct signatures (so held-out
+    structures never occur in training)."""
+    seen_ids: set[str] = set()
+    seen_signatures: dict[str, str] = {}
+    for domain in domains:
+        problem = domain.structure_problem()
+        if problem is not None:
+            raise InterlockError(problem[1], file=source, item=domain.id, field=problem[0])
+        if domain.id in seen_ids:
+            raise InterlockError("duplicate domain id", file=source, item=domain.id, field="id")
+        seen_ids.add(domain.id)
+        other = seen_signatures.get(domain.signature)
+        if other is not None:
+            raise InterlockError(
+                f"same structural signature as {other!r} ({domain.signature}): a renamed domain "
+                "is not a new domain", file=source, item=domain.id, field="signature",
+            )
+        seen_signatures[domain.signature] = domain.id

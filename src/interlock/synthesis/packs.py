@@ -1,0 +1,286 @@
+"""Compile a completion graph into its task pack, by three generators that keep each other honest:
+
+1. the workspace generator: initial files plus a private evidence index;
+2. the request generator: a public request plus a private deliverable contract;
+3. the rubric generator: private binary criteria tied to graph nodes, each with a check.
+
+The generators are behind small protocols so a model-backed generator can replace any of them;
+the ones here are deterministic programs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from interlock.core.io import dumps, loads
+from interlock.synthesis.catalog import Domain
+from interlock.synthesis.checks import realization_check, sha
+from interlock.synthesis.graph import RULE_CLAUSE, CompletionGraph, Node
+from interlock.synthesis.kinds.decisions import DECISION_KINDS
+from interlock.synthesis.kinds.effects import (
+    EFFECT_KINDS,
+    REGISTER_COLUMNS,
+    REGISTER_PATH,
+    Realization,
+    register_entry,
+)
+from interlock.synthesis.text import Template
+from interlock.synthesis.workspace import format_csv, parse_csv, parse_jsonl
+
+REQUEST_PATH = "REQUEST.md"
+OPTION_COLUMNS = ("id", "case_id", "cost", "rating")
+SCOPE = Template("Process every {noun} in `{table}` whose status is `pending`, following "
+                 "`{policy}` ({title}).")
+OPTIONS_LINE = Template("The {option_plural} to choose from are in `{options_table}`.")
+REGISTER_LINE = Template("Record each decision in `{file}` with case_id, outcome and basis (the "
+                         "policy clause that decided it, such as P-1).")
+CLAUSE_LINE = Template("- **{ref}.** {text}")
+
+
+@dataclass(frozen=True)
+class Criterion:
+    criterion_id: str
+    kind: str  # primary, grounding, realization, coupling, no_collateral
+    node_ids: tuple[str, ...]
+    mandatory: bool
+    weight: float
+    description: str
+
+    @property
+    def guard(self) -> bool:
+        """A guard holds before any work (nothing damaged yet) and must keep holding."""
+        return self.kind == "no_collateral"
+
+
+@dataclass
+class TaskPack:
+    task_id: str
+    domain_id: str
+    pool: str
+    files: dict[str, str]
+    evidence_index: list[dict]
+    request: str
+    contract: list[dict]
+    rubric: list[Criterion]
+    checks: dict[str, dict]
+    reference: list[dict] = field(default_factory=list)
+
+    def public_files(self) -> dict[str, str]:
+        """What the solver sees: the workspace, including the request."""
+        return self.files
+
+
+class WorkspaceGenerator(Protocol):
+    def __call__(self, graph: CompletionGraph, domain: Domain) -> tuple[dict[str, str], list[dict]]: ...
+
+
+class RequestGenerator(Protocol):
+    def __call__(self, graph: CompletionGraph, domain: Domain) -> tuple[str, list[dict]]: ...
+
+
+class RubricGenerator(Protocol):
+    def __call__(self, graph: CompletionGraph, domain: Domain,
+                 files: dict[str, str]) -> tuple[list[Criterion], dict[str, dict]]: ...
+
+
+def scripted_workspace(graph: CompletionGraph, domain: Domain) -> tuple[dict[str, str], list[dict]]:
+    """Generator 1: record tables, the policy, empty deliverable targets; the evidence index."""
+    evidence = graph.of_kind("evidence")
+    tables: dict[str, list[dict]] = {}
+    clauses: list[Node] = []
+    index = []
+    for node in evidence:
+        if node.subkind == "clause":
+            clauses.append(node)
+            index.append(_index_row(node, "clause", node.attrs["text"]))
+        else:
+            tables.setdefault(node.attrs["path"], []).append(node.attrs["row"])
+            index.append(_index_row(node, "row", node.attrs["row"]))
+    files = {}
+    for path, rows in tables.items():
+        header = domain.case.columns() if path == domain.case.table else list(rows[0])
+        files[path] = format_csv(header, sorted(rows, key=lambda r: r["id"]))
+    clauses.sort(key=lambda n: int(n.ref.split("-")[1]))
+    files[domain.policy.file] = (
+        f"# {domain.policy.title}\n\nThese clauses govern the {domain.case.plural} in "
+        f"`{domain.case.table}`.\n\n"
+        + "".join(CLAUSE_LINE.render(ref=n.ref, text=n.attrs["text"]) + "\n" for n in clauses))
+    files[REGISTER_PATH] = ",".join(REGISTER_COLUMNS) + "\n"
+    for spec in requested_effects(graph, domain):
+        kind = EFFECT_KINDS[spec.kind]
+        header = kind.header(kind.words(domain, spec))
+        if header is not None:
+            files[spec.file] = header
+    return files, index
+
+
+def _index_row(node: Node, locator: str, expected: object) -> dict:
+    return {"node_id": node.node_id, "path": node.attrs["path"], "locator": locator, "ref": node.ref,
+            "expected": dumps(expected)}
+
+
+def scripted_request(graph: CompletionGraph, domain: Domain) -> tuple[str, list[dict]]:
+    """Generator 2: the public request, and the private contract of required outputs."""
+    lines = [f"# {domain.name}", "", domain.summary.strip(), "",
+             SCOPE.render(noun=domain.case.noun, table=domain.case.table, policy=domain.policy.file,
+                          title=domain.policy.title)]
+    if domain.decision.options:
+        lines.append(OPTIONS_LINE.render(option_plural=domain.decision.options.plural,
+                                         options_table=domain.decision.options.table))
+    lines += ["", "Deliverables:", "- " + REGISTER_LINE.render(file=REGISTER_PATH)]
+    for spec in requested_effects(graph, domain):
+        kind = EFFECT_KINDS[spec.kind]
+        lines.append("- " + kind.render(kind.words(domain, spec)))
+    lines += ["", "Call submit when everything is recorded."]
+    contract = []
+    for decision in graph.of_kind("decision"):
+        a = decision.attrs
+        contract.append(_deliverable(len(contract), "register", [decision.node_id],
+                                     register_entry(a["case_id"], a["outcome"], a["basis"])))
+        for effect in graph.targets(decision.node_id, "realization"):
+            contract.append(_deliverable(len(contract), effect.subkind,
+                                         [decision.node_id, effect.node_id],
+                                         Realization.from_dict(effect.attrs["realization"])))
+    return "\n".join(lines) + "\n", contract
+
+
+def requested_effects(graph: CompletionGraph, domain: Domain) -> list:
+    """The effect targets the task asks for (a target only fallback outcomes skip included)."""
+    return domain.effects[:graph.effects_per_decision]
+
+
+def _deliverable(position: int, kind: str, node_ids: list[str], realization: Realization) -> dict:
+    return {"deliverable_id": f"K{position + 1}", "kind": kind, "node_ids": node_ids,
+            "path": realization.path, "key": realization.key, "realization": dumps(realization.to_dict())}
+
+
+def scripted_rubric(graph: CompletionGraph, domain: Domain,
+                    files: dict[str, str]) -> tuple[list[Criterion], dict[str, dict]]:
+    """Generator 3: binary criteria tied to graph nodes, each with an executable check."""
+    rubric: list[Criterion] = []
+    checks: dict[str, dict] = {}
+
+    def add(kind: str, node_ids: list[str], mandatory: bool, weight: float, description: str,
+            check: dict) -> None:
+        criterion_id = f"C{len(rubric) + 1}"
+        rubric.append(Criterion(criterion_id, kind, tuple(node_ids), mandatory, weight, description))
+        checks[criterion_id] = check
+
+    for decision in graph.of_kind("decision"):
+        a = decision.attrs
+        grounds = [n.node_id for n in graph.sources(decision.node_id, "grounding")]
+        entry = register_entry(a["case_id"], a["outcome"], a["basis"])
+        add("primary", [decision.node_id, *grounds], True, 2.0,
+            f"{REGISTER_PATH} records outcome {a['outcome']} for {a['case_id']}",
+            realization_check(Realization(entry.op, entry.path, entry.key, {"outcome": a["outcome"]})))
+        add("grounding", [decision.node_id, graph.clause(a["basis"]).node_id], False, 1.0,
+            f"the decision on {a['case_id']} cites clause {a['basis']}",
+            realization_check(Realization(entry.op, entry.path, entry.key, {"basis": a["basis"]})))
+        for effect in graph.targets(decision.node_id, "realization"):
+            add("realization", [decision.node_id, effect.node_id], True, 1.0,
+                f"{effect.attrs['label']} reflects the decision on {a['case_id']}",
+                realization_check(Realization.from_dict(effect.attrs["realization"])))
+    for hyper in graph.hyperedges:
+        add("coupling", [hyper.hyperedge_id, hyper.clause, *hyper.members], True, 2.0,
+            f"{hyper.kind} of clause {graph.by_id[hyper.clause].ref} holds over "
+            f"{len(hyper.members)} decisions", coupling_check(graph, domain, hyper))
+    add("no_collateral", [n.node_id for n in graph.of_kind("evidence")], True, 1.0,
+        "no record, policy or file changed that no decision required",
+        no_collateral_check(graph, domain, files))
+    return rubric, checks
+
+
+def coupling_check(graph: CompletionGraph, domain: Domain, hyper) -> dict:
+    kind = DECISION_KINDS[domain.decision.kind]
+    rule = graph.clause(RULE_CLAUSE).attrs["rule"]
+    members = {}
+    for member in hyper.members:
+        decision = graph.by_id[member]
+        row = next(n.attrs["row"] for n in graph.sources(member, "grounding") if n.subkind == "record")
+        options = [n.attrs["row"] for n in graph.sources(member, "grounding") if n.subkind == "option"]
+        members[decision.attrs["case_id"]] = {
+            o.value: o.amount for o in kind.alternatives(row, rule, options) if not o.fallback}
+    return {"op": "coupling", "path": REGISTER_PATH, "kind": hyper.kind, "rule": hyper.params,
+            "fallback": domain.decision.fallback, "members": members}
+
+
+def no_collateral_check(graph: CompletionGraph, domain: Domain, files: dict[str, str]) -> dict:
+    """Everything must stay as it was except what some decision requires to change."""
+    decisions = graph.of_kind("decision")
+    case_ids = [d.attrs["case_id"] for d in decisions]
+    realizations = [Realization.from_dict(e.attrs["realization"]) for e in graph.of_kind("effect")]
+    appended = {r.path for r in realizations if r.op in {"append_csv", "append_jsonl"}} | {REGISTER_PATH}
+    folders = {r.path.rsplit("/", 1)[0]: [] for r in realizations if r.op == "write_file"}
+    for r in realizations:
+        if r.op == "write_file":
+            folders[r.path.rsplit("/", 1)[0]].append(r.path.rsplit("/", 1)[1])
+    updates_status = any(r.op == "update_csv" for r in realizations)
+    spec = {"op": "no_collateral", "unchanged": {}, "tables": {}, "appends": {}, "folders": folders}
+    for path, text in sorted(files.items()):
+        if path in appended:
+            fmt = "jsonl" if path.endswith(".jsonl") else "csv"
+            initial = len(parse_jsonl(text) if fmt == "jsonl" else parse_csv(text)[1])
+            spec["appends"][path] = {"prefix": text, "format": fmt, "initial_records": initial,
+                                     "allowed": case_ids}
+        elif path == domain.case.table and updates_status:
+            rows = {n.attrs["row"]["id"]: {k: str(v) for k, v in n.attrs["row"].items()}
+                    for n in graph.of_kind("evidence") if n.subkind == "record"}
+            spec["tables"][path] = {"rows": rows, "mutable": {c: ["status"] for c in case_ids}}
+        else:
+            spec["unchanged"][path] = sha(text)
+    return spec
+
+
+def compile_pack(graph: CompletionGraph, domain: Domain,
+                 workspace: WorkspaceGenerator = scripted_workspace,
+                 request: RequestGenerator = scripted_request,
+                 rubric: RubricGenerator = scripted_rubric) -> TaskPack:
+    files, index = workspace(graph, domain)
+    request_text, contract = request(graph, domain)
+    files = {**files, REQUEST_PATH: request_text}
+    criteria, checks = rubric(graph, domain, files)
+    return TaskPack(graph.task_id, graph.domain_id, graph.pool, files, index, request_text, contract,
+                    criteria, checks)
+
+
+def pack_rows(pack: TaskPack) -> dict[str, list[dict]]:
+    t = pack.task_id
+    return {
+        "tasks": [{"task_id": t, "domain_id": pack.domain_id, "pool": pack.pool}],
+        "workspace_files": [{"task_id": t, "path": p, "content": c} for p, c in sorted(pack.files.items())],
+        "evidence_index": [{"task_id": t, **row} for row in pack.evidence_index],
+        "requests": [{"task_id": t, "request": pack.request}],
+        "contracts": [{"task_id": t, **row} for row in pack.contract],
+        "rubrics": [{"task_id": t, "criterion_id": c.criterion_id, "kind": c.kind,
+                     "node_ids": list(c.node_ids), "mandatory": c.mandatory, "weight": c.weight,
+                     "description": c.description} for c in pack.rubric],
+        "checks": [{"task_id": t, "criterion_id": cid, "spec": dumps(spec)}
+                   for cid, spec in pack.checks.items()],
+        "reference_solutions": [{"task_id": t, **step} for step in pack.reference],
+    }
+
+
+def packs_from_rows(tables: dict[str, list[dict]], source: str) -> list[TaskPack]:
+    """Rebuild the packs of one aligned row group of the pack tables."""
+    grouped: dict[str, dict[str, list[dict]]] = {}
+    for name, rows in tables.items():
+        for row in rows:
+            grouped.setdefault(row["task_id"], {}).setdefault(name, []).append(row)
+    packs = []
+    for task_id, rows in grouped.items():
+        task = rows["tasks"][0]
+        packs.append(TaskPack(
+            task_id, task["domain_id"], task["pool"],
+            {r["path"]: r["content"] for r in rows.get("workspace_files", [])},
+            [{k: v for k, v in r.items() if k != "task_id"} for r in rows.get("evidence_index", [])],
+            rows["requests"][0]["request"],
+            [{k: v for k, v in r.items() if k != "task_id"} for r in rows.get("contracts", [])],
+            [Criterion(r["criterion_id"], r["kind"], tuple(r["node_ids"]), r["mandatory"], r["weight"],
+                       r["description"]) for r in rows.get("rubrics", [])],
+            {r["criterion_id"]: loads(r["spec"], file=source, item=task_id,
+                                      field=f"checks[{r['criterion_id']}]")
+             for r in rows.get("checks", [])},
+            [{k: v for k, v in r.items() if k != "task_id"} for r in rows.get("reference_solutions", [])],
+        ))
+    return packs

@@ -1,0 +1,312 @@
+"""Workspaces and the tools an agent uses on them.
+
+A workspace is a set of text files. :class:`MemoryStore` holds one in memory (fast, for the
+oracle, the critic and the controls); :class:`DirectoryStore` holds one on disk (for agents),
+confined to its root: absolute paths, ``..`` and links that leave the root are refused, never
+followed. The tools are written once against either store.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+from pathlib import Path, PurePosixPath
+from typing import Protocol
+
+from interlock.core.chat import ToolCall, ToolResult
+
+
+class PathRefused(ValueError):
+    """A path that would leave the workspace."""
+
+
+def clean_path(path: str) -> str:
+    """The normalised relative form of a workspace path, or :class:`PathRefused`."""
+    if not isinstance(path, str) or not path.strip():
+        raise PathRefused("path must be a non-empty string")
+    pure = PurePosixPath(path.strip().replace("\\", "/"))
+    if pure.is_absolute():
+        raise PathRefused(f"{path!r} is absolute; paths are relative to the workspace root")
+    if ".." in pure.parts:
+        raise PathRefused(f"{path!r} contains '..'; paths must stay inside the workspace")
+    return "/".join(part for part in pure.parts if part != ".") or "."
+
+
+class Store(Protocol):
+    def read(self, path: str) -> str | None: ...
+    def write(self, path: str, text: str) -> None: ...
+    def files(self) -> list[str]: ...
+
+
+class MemoryStore:
+    """A workspace as a dict of path -> text."""
+
+    def __init__(self, files: dict[str, str] | None = None) -> None:
+        self.contents = dict(files or {})
+
+    def read(self, path: str) -> str | None:
+        return self.contents.get(clean_path(path))
+
+    def write(self, path: str, text: str) -> None:
+        relative = clean_path(path)
+        if relative == "." or any(f.startswith(f"{relative}/") or relative.startswith(f"{f}/")
+                                  for f in self.contents):
+            raise PathRefused(f"{path!r} is a folder or lies under a file")
+        self.contents[relative] = text
+
+    def files(self) -> list[str]:
+        return sorted(self.contents)
+
+
+class DirectoryStore:
+    """A workspace on disk, confined to ``root``."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root).resolve()
+
+    def resolve(self, path: str) -> Path:
+        relative = clean_path(path)
+        target = self.root
+        for part in PurePosixPath(relative).parts:
+            target = target / part
+            if target.is_symlink():
+                real = Path(os.path.realpath(target))
+                if real != self.root and self.root not in real.parents:
+                    raise PathRefused(f"{path!r} goes through a link that leaves the workspace")
+        return target
+
+    def read(self, path: str) -> str | None:
+        target = self.resolve(path)
+        if not target.is_file():
+            return None
+        return target.read_bytes().decode("utf-8", errors="replace")  # newlines as written
+
+    def write(self, path: str, text: str) -> None:
+        target = self.resolve(path)
+        if target.is_symlink():
+            raise PathRefused(f"{path!r} is a link; links are never written through")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(text.encode("utf-8"))  # encode first: a bad text truncates nothing
+
+    def files(self) -> list[str]:
+        found = []
+        for folder, dirs, names in os.walk(self.root, followlinks=False):
+            base = Path(folder)
+            dirs[:] = sorted(d for d in dirs if not (base / d).is_symlink())
+            found += [(base / n).relative_to(self.root).as_posix() for n in names
+                      if not (base / n).is_symlink()]
+        return sorted(found)
+
+
+def materialize(files: dict[str, str], root: Path | str) -> DirectoryStore:
+    """Write a workspace to ``root``, replacing whatever is there: reset to the initial bytes."""
+    root = Path(root)
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    store = DirectoryStore(root)
+    for path, text in sorted(files.items()):
+        store.write(path, text)
+    return store
+
+
+# ----------------------------------------------------------------------------- records
+
+def parse_csv(text: str) -> tuple[list[str], list[dict[str, str]]]:
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows:
+        return [], []
+    header = rows[0]
+    return header, [dict(zip(header, r + [""] * (len(header) - len(r)), strict=False)) for r in rows[1:] if r]
+
+
+def format_csv(header: list[str], rows: list[dict[str, object]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows([[row.get(column, "") for column in header] for row in rows])
+    return buffer.getvalue()
+
+
+def parse_jsonl(text: str) -> list[dict]:
+    records = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        records.append(record if isinstance(record, dict) else {"__malformed__": line})
+    return records
+
+
+# ----------------------------------------------------------------------------- tools
+
+def _schema(properties: dict, required: list[str]) -> dict:
+    return {"type": "object", "properties": properties, "required": required}
+
+
+_PATH = {"type": "string", "description": "path relative to the workspace root"}
+#: OpenAI-style function specs: what a model is told about the tools
+TOOL_SPECS = [
+    {"name": "list_files", "description": "List the files in the workspace (or under a folder).",
+     "parameters": _schema({"path": _PATH}, [])},
+    {"name": "read_file", "description": "Read a text file.",
+     "parameters": _schema({"path": _PATH}, ["path"])},
+    {"name": "write_file", "description": "Create or overwrite a text file.",
+     "parameters": _schema({"path": _PATH, "content": {"type": "string"}}, ["path", "content"])},
+    {"name": "append_record", "description": "Append a record to a .csv table (columns from its "
+     "header) or a .jsonl file.",
+     "parameters": _schema({"path": _PATH, "record": {"type": "object"}}, ["path", "record"])},
+    {"name": "update_record", "description": "Update fields of the .csv row whose first column "
+     "equals id.",
+     "parameters": _schema({"path": _PATH, "id": {"type": "string"}, "fields": {"type": "object"}},
+                           ["path", "id", "fields"])},
+    {"name": "submit", "description": "Declare the task finished.", "parameters": _schema({}, [])},
+]
+_TYPES = {"string": str, "object": dict}
+
+
+def execute(store: Store, call: ToolCall) -> ToolResult:
+    """Run one tool call. Bad calls come back as error observations, never as exceptions."""
+    spec = next((s for s in TOOL_SPECS if s["name"] == call.name), None)
+    if spec is None:
+        names = ", ".join(s["name"] for s in TOOL_SPECS)
+        return ToolResult(False, f"error: unknown tool {call.name!r}; tools are {names}")
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    params = spec["parameters"]
+    for name in params["required"]:
+        if name not in args:
+            return ToolResult(False, f"error: {call.name} needs the argument {name!r}")
+    for name, value in args.items():
+        if name not in params["properties"]:
+            return ToolResult(False, f"error: {call.name} has no argument {name!r}")
+        if not isinstance(value, _TYPES[params["properties"][name]["type"]]):
+            return ToolResult(False, f"error: argument {name!r} of {call.name} must be a "
+                                     f"{params['properties'][name]['type']}")
+    try:
+        return _TOOLS[call.name](store, **args)
+    except PathRefused as exc:
+        return ToolResult(False, f"error: {exc}")
+    except (OSError, ValueError) as exc:  # what the disk refuses: a folder, a file in the way, bad text
+        reason = getattr(exc, "strerror", None) or exc
+        return ToolResult(False, f"error: cannot {call.name} {args.get('path')!r}: {reason}")
+
+
+def _list_files(store: Store, path: str = ".") -> ToolResult:
+    prefix = clean_path(path)
+    names = [f for f in store.files() if prefix == "." or f == prefix or f.startswith(prefix + "/")]
+    return ToolResult(True, "\n".join(names) if names else "(no files)")
+
+
+def _read_file(store: Store, path: str) -> ToolResult:
+    text = store.read(path)
+    if text is None:
+        return ToolResult(False, f"error: no such file {path!r}")
+    return ToolResult(True, text)
+
+
+def _write_file(store: Store, path: str, content: str) -> ToolResult:
+    store.write(path, content)
+    return ToolResult(True, f"wrote {clean_path(path)} ({len(content)} characters)")
+
+
+def _append_record(store: Store, path: str, record: dict) -> ToolResult:
+    text = store.read(path)
+    if text is None:
+        return ToolResult(False, f"error: no such file {path!r}")
+    if path.endswith(".jsonl"):
+        prefix = text if not text or text.endswith("\n") else text + "\n"
+        store.write(path, prefix + json.dumps(record, ensure_ascii=False) + "\n")
+        return ToolResult(True, f"appended a record to {clean_path(path)}")
+    if not path.endswith(".csv"):
+        return ToolResult(False, "error: append_record works on .csv and .jsonl files")
+    header, rows = parse_csv(text)
+    unknown = [key for key in record if key not in header]
+    if unknown:
+        return ToolResult(False, f"error: unknown column(s) {', '.join(map(repr, unknown))}; the "
+                                 f"columns of {clean_path(path)} are {', '.join(header)}")
+    store.write(path, format_csv(header, [*rows, {k: cell_text(v) for k, v in record.items()}]))
+    return ToolResult(True, f"appended a row to {clean_path(path)}")
+
+
+def _update_record(store: Store, path: str, id: str, fields: dict) -> ToolResult:  # noqa: A002
+    text = store.read(path)
+    if text is None:
+        return ToolResult(False, f"error: no such file {path!r}")
+    if not path.endswith(".csv"):
+        return ToolResult(False, "error: update_record works on .csv files")
+    header, rows = parse_csv(text)
+    unknown = [key for key in fields if key not in header]
+    if unknown or not header:
+        return ToolResult(False, f"error: unknown column(s) {', '.join(map(repr, unknown))}; the "
+                                 f"columns of {clean_path(path)} are {', '.join(header)}")
+    matches = [row for row in rows if row[header[0]] == id]
+    if not matches:
+        return ToolResult(False, f"error: no row with {header[0]} = {id!r} in {clean_path(path)}")
+    for row in matches:
+        row.update({k: cell_text(v) for k, v in fields.items()})
+    store.write(path, format_csv(header, rows))
+    return ToolResult(True, f"updated {id} in {clean_path(path)}")
+
+
+def _submit(store: Store) -> ToolResult:
+    return ToolResult(True, "submitted", submitted=True)
+
+
+def cell_text(value: object) -> str:
+    """A record value as a table cell: objects and lists as JSON, everything else as text."""
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+
+_TOOLS = {"list_files": _list_files, "read_file": _read_file, "write_file": _write_file,
+          "append_record": _append_record, "update_record": _update_record, "submit": _submit}
+
+
+# ----------------------------------------------------------------------------- diffs
+
+def changed_files(initial: dict[str, str], final: dict[str, str]) -> dict[str, str | None]:
+    """The files a run created or changed (their content) or deleted (None)."""
+    changed: dict[str, str | None] = {p: t for p, t in final.items() if initial.get(p) != t}
+    changed.update({p: None for p in initial if p not in final})
+    return dict(sorted(changed.items()))
+
+
+def apply_changes(initial: dict[str, str], changes: dict[str, str | None]) -> dict[str, str]:
+    files = dict(initial)
+    for path, text in changes.items():
+        if text is None:
+            files.pop(path, None)
+        else:
+            files[path] = text
+    return files
+
+
+def workspace_diff(initial: dict[str, str], final: dict[str, str]) -> list[dict]:
+    """Record-level diff: CSV rows by their first column, JSONL records by position, other
+    files whole. Each entry: file, record (or None), before, after (None where absent)."""
+    entries = []
+    for path, after_text in changed_files(initial, final).items():
+        before_text = initial.get(path)
+        if path.endswith((".csv", ".jsonl")) and before_text is not None and after_text is not None:
+            before, after = _keyed(path, before_text), _keyed(path, after_text)
+            for key in sorted(set(before) | set(after)):
+                if before.get(key) != after.get(key):
+                    entries.append({"file": path, "record": key, "before": before.get(key),
+                                    "after": after.get(key)})
+        else:
+            entries.append({"file": path, "record": None, "before": before_text, "after": after_text})
+    return entries
+
+
+def _keyed(path: str, text: str) -> dict[str, dict]:
+    if path.endswith(".jsonl"):
+        return {f"#{i}": record for i, record in enumerate(parse_jsonl(text))}
+    header, rows = parse_csv(text)
+    keyed: dict[str, dict] = {}
+    for index, row in enumerate(rows):
+        key = row.get(header[0], "") if header else ""
+        keyed[key if key not in keyed else f"{key}#{index}"] = row
+    return keyed

@@ -1,0 +1,71 @@
+"""Running commands as a user would, in the repository or a copy of it."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+#: what W&B and DVC may inherit from the caller's environment that would send the smoke run's
+#: tracking or experiment names elsewhere
+ISOLATED = ("WANDB_MODE", "WANDB_DIR", "WANDB_DISABLED", "DVC_ROOT", "DVC_EXP_NAME", "DVC_STAGE")
+#: the smoke run: the smoke experiment, with the opt-in BFCL pool beside the default's benchmark
+SMOKE = ("experiment=smoke", "eval.pools=[benchmark,bfcl]")
+GIT_USER = ("-c", "user.email=t@t", "-c", "user.name=t")
+
+
+def user_env() -> dict[str, str]:
+    """The environment a user's command runs in: the venv's tools first on PATH, W&B offline."""
+    env = {key: value for key, value in os.environ.items() if key not in ISOLATED}
+    env.update(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", DVC_NO_ANALYTICS="1", WANDB_MODE="offline",
+               WANDB_SILENT="true")
+    return env
+
+
+def run(args: list[str], cwd: Path, *, stdout_only: bool = False, check: bool = True,
+        timeout: int = 600) -> str:
+    """Run a command the way a user would in ``cwd``; fail the test with its output if it fails
+    (unless ``check`` is false: a failure is the point)."""
+    done = subprocess.run(args, cwd=cwd, env=user_env(), capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0 or not check, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout if stdout_only else done.stdout + done.stderr
+
+
+def dvc(*args: str, cwd: Path, check: bool = True, stdout_only: bool = False) -> str:
+    return run([str(BIN / "dvc"), *args], cwd, check=check, stdout_only=stdout_only)
+
+
+def tracked_copy(root: Path) -> Path:
+    """A fresh git repository at ``root`` holding the repository's tracked (and untracked, not
+    ignored) files, without artifacts, metrics or the lock file: a clean clone of the working tree."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, text=True, check=True).stdout.split()
+    for name in listed:
+        if (REPO / name).is_file() and not name.startswith(("data/", "metrics/")) and name != "dvc.lock":
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, root / name)
+    run(["git", "init", "-q"], root)
+    commit(root, "copy")
+    return root
+
+
+def commit(root: Path, message: str) -> None:
+    run(["git", *GIT_USER, "add", "-A"], root)
+    run(["git", *GIT_USER, "commit", "-qm", message, "--allow-empty"], root)
+
+
+def stages_run(log: str) -> list[str]:
+    """The stages a `dvc repro` log says it ran (not those it skipped or took from the cache)."""
+    return [line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage '")]
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Path -> content hash of every file of a working copy (git's and DVC's own folders aside)."""
+    return {path.relative_to(root).as_posix(): hashlib.md5(path.read_bytes()).hexdigest()
+            for path in sorted(root.rglob("*"))
+            if path.is_file() and path.relative_to(root).parts[0] not in {".git", ".dvc"}}

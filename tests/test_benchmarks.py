@@ -1,0 +1,113 @@
+"""Every script under ``benchmarks/`` runs as a user runs it, at a tiny size, on the smoke run's
+artifacts, so a change elsewhere cannot silently break one. No speed target here (the figures are
+measured on the default run, docs/measurements.md): each test checks what the script's figures
+must say whatever the machine."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from interlock.rollout.scripted import ADVERSARIES
+
+from helpers.repo import REPO, run
+
+BENCHMARKS = REPO / "benchmarks"
+ENDINGS = {"no_tool_call", "max_turns", "context"}
+
+
+def bench(script: str, *args: str, cwd: Path, check: bool = True) -> str:
+    return run([sys.executable, str(BENCHMARKS / script), *args], cwd, stdout_only=True, check=check)
+
+
+def test_every_benchmark_script_is_run_here() -> None:
+    here = Path(__file__).read_text(encoding="utf-8")
+    assert all(f'"{p.name}"' in here for p in BENCHMARKS.glob("*.py"))
+
+
+def test_bfcl_cost_reports_every_checkpoint_it_ran(smoke_repo, tmp_path) -> None:
+    out = tmp_path / "bfcl.json"
+    printed = bench("bfcl_cost.py", "--models", "base", "rft/seed-0", "--tasks", "1",
+                    "--params", str(smoke_repo / "params.yaml"), "--json", str(out), cwd=tmp_path)
+    rows = json.loads(out.read_text())
+    assert [(r["model"], r["task"]) for r in rows] == [("base", "multi_turn_base_0"),
+                                                       ("rft/seed-0", "multi_turn_base_0")]
+    for row in rows:
+        assert row["ended"] in ENDINGS and row["steps"] >= 1 and row["generated_tokens"] >= row["steps"]
+        assert row["prompt_tokens"] > 1000  # BFCL's tool documentation is in every prompt
+        assert 0 < row["model_prefill_s"] + row["model_decode_s"] <= row["model_seconds"] + 0.1  # rounding
+        assert row["passed"] is False or row["score"] == 1.0
+    assert "2 checkpoints x 1 BFCL task(s)" in printed
+
+
+def test_model_judge_cost_reports_both_judges_on_the_same_rollouts(smoke_repo, tmp_path) -> None:
+    out = tmp_path / "judges.json"
+    printed = bench("model_judge_cost.py", "--rollouts", "3", "--params",
+                    str(smoke_repo / "params.yaml"), "--json", str(out), cwd=tmp_path)
+    figures = json.loads(out.read_text())
+    for name in ("agent", "text"):
+        judge = figures[name]
+        assert judge["rollouts"] == 3 and 0 <= judge["accepted"] <= 3 and judge["seconds_per_rollout"] > 0
+        # the text judge asks the model once per rollout; the agent judge once per criterion that the
+        # compiled checks passed, and the smoke run's noisy solver passes most of them
+        assert judge["output_tokens"] > 0
+        assert f"\n{name} " in printed
+    assert figures["agent_over_text_tokens"] > 0
+
+
+def test_the_abuse_suite_accepts_only_the_oracle_under_the_agent_judge(smoke_repo, tmp_path) -> None:
+    printed = bench("abuse_suite.py", "--data", str(smoke_repo / "data"), "--tasks", "2", cwd=tmp_path)
+    rows = {cells[0]: [int(c) for c in cells[1:]] for line in printed.splitlines()
+            if line.startswith("| ") and not line.startswith("| solver")
+            for cells in [[c.strip() for c in line.strip("|").split("|")]]}
+    assert set(rows) == {"oracle", *ADVERSARIES}
+    assert rows["oracle"] == [2, 2, 2]  # rollouts, agent judge accepts, text judge accepts
+    assert all(rows[name][:2] == [2, 0] for name in ADVERSARIES)
+
+
+def test_judge_throughput_judges_the_rollouts_it_was_asked_to(smoke_repo, tmp_path,
+                                                             network_isolation) -> None:
+    out = tmp_path / "judge.json"
+    bench("judge_throughput.py", "--data", str(smoke_repo / "data"), "--rollouts", "24",
+          "--batch", "8", "--cores", "1", "--json", str(out), cwd=tmp_path)
+    result = json.loads(out.read_text())
+    assert result["rollouts"] == 24 and result["workers"] == 1 and len(result["cores"]) == 1
+    assert result["agent"]["rollouts_per_second"] > 0 and result["text"]["rollouts_per_second"] > 0
+    assert result["sandbox_network"].split(" ")[0] == network_isolation
+    # the credulous text judge believes a claim without work; the oracle has nothing to falsely accept
+    rates = result["text_false_accept_rate_by_policy"]
+    assert rates["claim_only"] == 1.0 and not rates["oracle"]
+
+
+def test_the_rollout_engine_and_the_naive_loop_write_the_same_completions(smoke_repo, tmp_path) -> None:
+    out = tmp_path / "engine.json"
+    models = smoke_repo / "data" / "models"
+    printed = bench("rollout_engine.py", "--checkpoint", str(models / "base"),
+                    "--packs", str(smoke_repo / "data" / "packs"), "--episodes", "2", "--turns", "2",
+                    "--max-new-tokens", "8", "--threads", "1", "--json", str(out), cwd=tmp_path, check=False)
+    result = json.loads(out.read_text())  # the exit status says whether the speed target was met
+    assert result["episodes"] == 2 and result["turns"] == 2
+    assert result["identical_completions"] == 4  # greedy, the same weights: the same text
+    engine, naive = result["engine (KV reuse)"], result["naive generate"]
+    assert engine["generated_tokens"] == naive["generated_tokens"] > 0
+    assert "speed-up (naive seconds / engine seconds)" in printed
+
+
+def test_synthesis_throughput_synthesizes_the_size_it_was_asked_for(tmp_path) -> None:
+    out = tmp_path / "synthesis.json"
+    bench("synthesis_throughput.py", "--sizes", "60", "--json", str(out), cwd=tmp_path)
+    (result,) = json.loads(out.read_text())["runs"]
+    assert "error" not in result and result["tasks"] == 60 and result["tasks_per_second"] > 0
+    assert sum(result["blueprint_counts"].values()) == 60
+    assert set(result["seconds"]) == {"domains", "blueprints", "graphs", "packs", "review"}
+
+
+def test_training_throughput_trains_both_sides_on_the_same_tokens(smoke_repo, tmp_path) -> None:
+    out = tmp_path / "training.json"
+    bench("training_throughput.py", "--data", str(smoke_repo / "data"), "--examples", "2",
+          "--batch-size", "1", "--json", str(out), cwd=tmp_path, check=False)
+    result = json.loads(out.read_text())  # the exit status says whether the speed target was met
+    (project,) = result["project"]
+    assert result["baseline"]["tokens"] == project["tokens"] > 0
+    assert project["padding_fraction"] == 0 and result["baseline"]["steps"] == 2

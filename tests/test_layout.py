@@ -1,0 +1,97 @@
+"""The library's shape: one package per area of the pipeline, in layers that import only downwards,
+no import cycles, and every stage's library side in its package's ``stage`` module. Read from the
+source (every import statement, also those inside functions), so an import added anywhere counts."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from helpers.imports import PACKAGE, closure, imports_of, module_name, module_path, package_imports, packages
+from helpers.repo import REPO
+
+#: top to bottom; a package may import only packages of lower layers (those of one layer are
+#: independent of each other)
+LAYERS = (("analysis",), ("evaluation", "training"), ("review",), ("judging",), ("rollout",), ("models",),
+          ("synthesis",), ("core",))
+STAGES = sorted(p.stem for p in (REPO / "stages").glob("*.py"))
+
+
+def _layer(package: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if package in layer)
+
+
+def test_every_package_has_a_layer_and_nothing_lies_outside_the_packages() -> None:
+    assert sorted(p for layer in LAYERS for p in layer) == packages()
+    loose = [p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"]
+    assert not loose, f"modules outside an area package: {loose}"
+    assert not imports_of(PACKAGE / "__init__.py")
+
+
+@pytest.mark.parametrize("package", [p for layer in LAYERS for p in layer])
+def test_a_package_imports_only_packages_below_it(package: str) -> None:
+    upward = sorted(p for p in package_imports()[package] if _layer(p) <= _layer(package))
+    assert not upward, f"{package} imports {upward}, which are not below it ({LAYERS})"
+
+
+def test_the_core_imports_nothing_above_it() -> None:
+    assert package_imports()["core"] == set()
+
+
+def _cycles() -> list[list[str]]:
+    """Every import cycle among the library's modules (Tarjan's strongly connected components)."""
+    graph = {module_name(p): set(imports_of(p)) for p in PACKAGE.rglob("*.py")}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            # a package imports its own modules through ``__init__`` re-exports: not a cycle of code
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    assert _cycles() == []
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_stage_script_only_hands_its_packages_stage_function_to_the_runner(stage: str) -> None:
+    """Thin stages: the script imports the runner and one function of one ``<package>.stage``
+    module, named after the stage, and runs it; the logic lives in the library."""
+    tree = ast.parse((REPO / "stages" / f"{stage}.py").read_text(encoding="utf-8"))
+    imports = sorted((node.module, tuple(a.name for a in node.names)) for node in tree.body
+                     if isinstance(node, ast.ImportFrom))
+    library = [(m, names) for m, names in imports if m != "interlock.core.runner"]
+    assert ("interlock.core.runner", ("run_stage",)) in imports
+    assert len(library) == 1 and library[0][0].endswith(".stage") and library[0][1] == (stage,)
+    assert module_path(library[0][0]) is not None
+    assert f"run_stage('{stage}', {stage})" in ast.unparse(tree)
+
+
+def test_no_stage_reaches_the_analysis_package() -> None:
+    reached = {stage: sorted(m for m in closure(REPO / "stages" / f"{stage}.py")
+                             if m.startswith("interlock.analysis")) for stage in STAGES}
+    assert not any(reached.values()), reached
