@@ -77,12 +77,13 @@ def test_editing_an_analysis_module_reruns_nothing(smoke_copy) -> None:
     assert stages_run(dvc("repro", cwd=smoke_copy)) == []
 
 
-@pytest.mark.parametrize(("edited", "package"), [("training/batching.py", "training"),
+@pytest.mark.parametrize(("edited", "package"), [("review/critic.py", "review"),
                                                   ("resources/domains.yaml", None)])
 def test_an_edit_reruns_the_stages_that_use_it_and_dvc_skips_what_comes_out_the_same(
         smoke_copy, edited: str, package: str | None) -> None:
     """A module of a package: the stages importing that package; the catalog: the stage reading it.
-    Their outputs come out byte-identical, so DVC runs nothing after them."""
+    Their outputs come out byte-identical, so DVC runs nothing after them (every later stage reads
+    the review's or the catalog's output)."""
     _edit(smoke_copy / "src" / "interlock" / edited)
     expected = _importers(package) if package else {"domains"}
     assert set(json.loads(dvc("status", "--json", cwd=smoke_copy, stdout_only=True))) == expected
