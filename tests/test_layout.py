@@ -77,6 +77,21 @@ def test_no_module_imports_itself_through_others() -> None:
     assert _cycles() == []
 
 
+def test_no_library_module_is_imported_by_name_at_run_time() -> None:
+    """``importlib.import_module("interlock...")`` would hide an import from the layering and from
+    the stages' dependencies, which are read from import statements."""
+    def imports_by_name(node: ast.AST) -> bool:
+        called = getattr(node, "func", None)
+        return (isinstance(node, ast.Call) and bool(node.args)
+                and getattr(called, "attr", getattr(called, "id", None)) in {"import_module", "__import__"}
+                and any(isinstance(n, ast.Constant) and str(n.value).startswith("interlock")
+                        for n in ast.walk(node.args[0])))
+
+    hidden = [f"{path.relative_to(REPO)}:{node.lineno}" for path in PACKAGE.rglob("*.py")
+              for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if imports_by_name(node)]
+    assert hidden == []
+
+
 @pytest.mark.parametrize("stage", STAGES)
 def test_a_stage_script_only_hands_its_packages_stage_function_to_the_runner(stage: str) -> None:
     """Thin stages: the script imports the runner and one function of one ``<package>.stage``
