@@ -4,7 +4,10 @@ code edited in the workspace while the queue runs must not leak into its experim
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -28,3 +31,24 @@ def test_a_stage_in_a_copy_imports_the_copys_library(smoke_repo: Path, tmp_path:
                     encoding="utf-8")
     run([str(BIN / "dvc"), "repro", "--force", "--single-item", "sample"], copy)
     assert Path(marker.read_text(encoding="utf-8")).resolve() == init.resolve()
+
+
+def test_the_sandbox_judges_with_the_checks_of_the_checkout_it_runs_in(tmp_path: Path) -> None:
+    """The check workers start with ``python -I``, which keeps the caller's path out: they must
+    still import the checks of the checkout the judge runs from (a queued experiment's copy), not
+    the installed package's. A copy of the library grows a check op of its own; a judge started
+    from the copy runs it."""
+    copy = tmp_path / "src"
+    shutil.copytree(REPO / "src", copy, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    checks = copy / "interlock" / "synthesis" / "checks.py"
+    checks.write_text(checks.read_text(encoding="utf-8")
+                      + '\n_OPS["copy_marker"] = lambda spec, view: (True, "the copy\'s checks")\n',
+                      encoding="utf-8")
+    (tmp_path / "ws").mkdir()
+    probe = ("from interlock.judging.sandbox import SandboxPool\n"
+             "with SandboxPool(1) as pool:\n"
+             f"    print(pool.run([({str(tmp_path / 'ws')!r}, [{{'op': 'copy_marker'}}])])[0][0].evidence)\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(copy)}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "the copy's checks"

@@ -12,7 +12,7 @@ the agent could have written.
 Modes:
 
 - ``worker``: answer compiled-check jobs, one length-prefixed JSON message each, until stdin
-  closes. A job is ``{"root", "specs", "cpu_seconds"}``; the answer ``{"results": [[passed,
+  closes. The checks come from the checkout this file lies in, not from the installed package. A job is ``{"root", "specs", "cpu_seconds"}``; the answer ``{"results": [[passed,
   evidence, seconds], ...]}``.
 - ``script``: read one ``{"code", "workspace", "scratch", "read_roots", "drop_uid"}`` message,
   write an isolation report (one JSON line) to stdout, then run the code with stdout and stderr
@@ -30,6 +30,8 @@ import struct
 import sys
 import time
 
+#: the folder holding the ``interlock`` package this file belongs to (the checkout's ``src``)
+LIBRARY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLONE_NEWNET = 0x40000000
 NOBODY = 65534
 _HEADER = struct.Struct(">Q")
@@ -197,6 +199,10 @@ def worker(options: dict[str, float]) -> None:
     limit(0, int(options["memory-mb"]), int(options["file-mb"]))
     network = leave_network(bool(options["netns"]))
     sys.dont_write_bytecode = True
+    # ``-I`` leaves the script's own folders off sys.path, so without this the checks would come
+    # from the installed package: a queued experiment (a copy of the checkout) would be judged by
+    # the main workspace's code. This file lies in <library>/interlock/judging/.
+    sys.path.insert(0, LIBRARY)
     from interlock.synthesis.checks import View, run_check
     from interlock.synthesis.workspace import DirectoryStore
 
