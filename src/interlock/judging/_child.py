@@ -12,8 +12,9 @@ the agent could have written.
 Modes:
 
 - ``worker``: answer compiled-check jobs, one length-prefixed JSON message each, until stdin
-  closes. The checks come from the checkout this file lies in, not from the installed package. A job is ``{"root", "specs", "cpu_seconds"}``; the answer ``{"results": [[passed,
-  evidence, seconds], ...]}``.
+  closes. The checks come from the checkout this file lies in, not from the installed package.
+  A job is ``{"root", "specs", "cpu_seconds"}``; the answer ``{"results": [[passed, evidence,
+  seconds], ...]}``.
 - ``script``: read one ``{"code", "workspace", "scratch", "read_roots", "drop_uid"}`` message,
   write an isolation report (one JSON line) to stdout, then run the code with stdout and stderr
   going to the log file the parent opened as stderr. Exit status 0 means the check passed.

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from interlock.core.chat import Message, ToolCall, ToolResult
 from interlock.judging.sandbox import Limits, run_script
+from interlock.judging.verdicts import quote
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.workspace import TOOL_SPECS, DirectoryStore, execute
 
@@ -48,15 +49,18 @@ class InspectionEnvironment:
         return [Message("system", SYSTEM_PROMPT), Message("user", self.prompt)]
 
     def execute(self, call: ToolCall) -> ToolResult:
+        """What a tool gives back; the workspace's text (files, a script's output) quoted, since
+        the agent wrote it."""
         if call.name in READ_ONLY:
-            return execute(DirectoryStore(self.root), call)
+            result = execute(DirectoryStore(self.root), call)
+            return ToolResult(result.ok, quote(result.output), result.submitted)
         if call.name == RUN_SCRIPT["name"]:
             code = call.arguments.get("code")
             if not isinstance(code, str):
                 return ToolResult(False, "error: run_check_script needs a string argument 'code'")
             result = run_script(code, self.root, self.limits)
             verdict = "PASSED" if result.passed else "FAILED"
-            return ToolResult(True, f"{verdict} ({result.reason})\n{result.output}")
+            return ToolResult(True, f"{verdict} ({result.reason})\n{quote(result.output)}")
         return ToolResult(False, f"error: unknown tool {call.name!r}; tools are "
                                  f"{', '.join([*READ_ONLY, RUN_SCRIPT['name']])}")
 

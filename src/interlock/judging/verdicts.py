@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from interlock.core.chat import Message, render_turn
@@ -67,9 +68,27 @@ def check_targets(spec: dict) -> tuple[list[str], list[str]]:
     return [], []
 
 
+#: how every line of text an agent could have written starts when a model judge reads it: no
+#: such line can pass for a header of the transcript or of the judge's own instructions
+QUOTE = "\u2502 "
+#: control sequences of chat templates and of the tool-call protocol, broken up where they occur
+#: in quoted text (a tokenizer would read ``<|im_start|>`` in the text as the real token)
+_CONTROL = re.compile(r"<(/?)(\||tool_call|tool_response)")
+
+
+def quote(text: str) -> str:
+    """Agent-written text as a model judge may read it: every line behind :data:`QUOTE`, and chat
+    control sequences broken up (``<|`` becomes ``< |``), so nothing in it reads as a message
+    boundary, a role, a tool result or an instruction of the judge."""
+    text = _CONTROL.sub(lambda m: f"< {m.group(1)}{m.group(2)}", text)
+    return "\n".join(QUOTE + line for line in text.split("\n"))
+
+
 def render_transcript(messages: list[Message], max_chars: int = 12_000,
                       observation_chars: int = 300) -> str:
-    """The conversation as plain text (system prompt left out; tool outputs clipped).
+    """The conversation as plain text (system prompt left out; tool outputs clipped): a header
+    line per message (``ASSISTANT:``, ``TOOL (name):``, ``USER:``) and its text quoted below it,
+    so text inside a message can never pass for another message.
 
     Longer transcripts keep their beginning (the request) and their end (what was done last)."""
     parts = []
@@ -77,16 +96,38 @@ def render_transcript(messages: list[Message], max_chars: int = 12_000,
         if message.role == "system":
             continue
         if message.role == "assistant":
-            parts.append("ASSISTANT:\n" + render_turn(message.content, message.tool_calls))
+            parts.append("ASSISTANT:\n" + quote(render_turn(message.content, message.tool_calls)))
         elif message.role == "tool":
             text = message.content
             if len(text) > observation_chars:
                 text = text[:observation_chars] + f" [... {len(text) - observation_chars} characters]"
-            parts.append(f"TOOL ({message.name}):\n{text}")
+            parts.append(f"TOOL ({_name(message.name)}):\n{quote(text)}")
         else:
-            parts.append(f"{message.role.upper()}:\n{message.content}")
+            parts.append(f"{message.role.upper()}:\n{quote(message.content)}")
     text = "\n\n".join(parts)
     if len(text) <= max_chars:
         return text
-    head = max_chars // 3
-    return text[:head] + "\n\n[... transcript clipped ...]\n\n" + text[-(max_chars - head):]
+    return _clip_lines(text.split("\n"), max_chars)
+
+
+def _clip_lines(lines: list[str], max_chars: int) -> str:
+    """The first lines up to a third of ``max_chars`` and the last lines up to the rest, whole
+    lines only (a line cut in two would lose its quote mark); a line longer than its share is
+    shortened at its end."""
+    def take(source: list[str], budget: int) -> list[str]:
+        kept = []
+        for line in source:
+            if budget <= 0:
+                break
+            kept.append(line[:budget])
+            budget -= len(line) + 1
+        return kept
+
+    head = take(lines, max_chars // 3)
+    tail = take(lines[len(head):][::-1], max_chars - max_chars // 3)[::-1]
+    return "\n".join([*head, "", "[... transcript clipped ...]", "", *tail])
+
+
+def _name(name: str | None) -> str:
+    """A tool name as a header shows it: the agent chose it, so only a plain identifier passes."""
+    return name if name and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", name) else "?"
