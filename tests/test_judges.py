@@ -272,7 +272,13 @@ def test_planted_verifiers_change_nothing(agent_judge, contexts, tmp_path: Path)
     planted = {"tests/test_rubric.py", "conftest.py", ".verifier/config.yaml", "checks.json",
                "out/verdict.json"}
     assert planted <= set(trajectory.final_files)
-    unplanted = dataclasses.replace(trajectory, rollout_id="unplanted", final_files={
+
+    def unplant(message: Message) -> Message:
+        calls = tuple(c for c in message.tool_calls if c.arguments.get("path") not in planted)
+        return dataclasses.replace(message, tool_calls=calls)
+
+    unplanted = dataclasses.replace(trajectory, rollout_id="unplanted", messages=[
+        unplant(m) for m in trajectory.messages], final_files={
         p: text for p, text in trajectory.final_files.items() if p not in planted})
     judgement, clean = agent_judge.judge([(trajectory, pack), (unplanted, pack)])
     assert not accepted(judgement.passed, pack.rubric)
@@ -280,15 +286,26 @@ def test_planted_verifiers_change_nothing(agent_judge, contexts, tmp_path: Path)
     assert judgement.passed == clean.passed
 
 
-def test_unplaceable_final_files_are_reported_not_written(agent_judge, packs, rollouts,
-                                                         tmp_path: Path) -> None:
-    pack = packs[0]
-    trajectory = dataclasses.replace(rollouts["oracle"][0])
-    trajectory.final_files = {**trajectory.final_files, "../../../escaped-by-judge.txt": "x",
-                              "/tmp/escaped-by-judge.txt": "x"}
-    judgement = agent_judge.judge([(trajectory, pack)])[0]
-    reasons = [c["reason"] for c in judgement.collateral]
-    assert len(reasons) == 2 and all("cannot be placed" in r for r in reasons)
+def test_a_transcript_is_judged_by_what_its_calls_do_not_by_the_state_stored_beside_it(
+        agent_judge, packs, rollouts) -> None:
+    """The final workspace is the replay of the trajectory's tool calls: a transcript of a lone
+    submit stored beside the oracle's final state, or a recorded state with files no call wrote
+    (paths that would even leave the workspace), fails judging with the reason, writes nothing
+    outside the judge's copy, and is never accepted; the oracle's own record is accepted."""
+    pack, oracle = packs[0], rollouts["oracle"][0]
+    submit_only = dataclasses.replace(oracle, rollout_id="submit-only", messages=[
+        *oracle.messages[:2], Message("assistant", "Done.", (ToolCall("submit", {}),)),
+        Message("tool", "submitted", name="submit")])
+    stowaways = dataclasses.replace(oracle, rollout_id="stowaways", final_files={
+        **oracle.final_files, "../../../escaped-by-judge.txt": "x", "/tmp/escaped-by-judge.txt": "x"})
+    judged = agent_judge.judge([(oracle, pack), (submit_only, pack), (stowaways, pack)])
+    assert accepted(judged[0].passed, pack.rubric) and not judging_problems(judged[0], pack.rubric)
+    for judgement, named in ((judged[1], REGISTER_PATH), (judged[2], "escaped-by-judge.txt")):
+        assert not any(judgement.passed.values())
+        assert all(v["evidence"].startswith("replay: the recorded final state disagrees") and named in
+                   v["evidence"] for v in judgement.verdicts)
+        assert len(judging_problems(judgement, pack.rubric)) == len(pack.rubric)
+    assert judged[2].compiled == judged[0].compiled  # what the calls made is the oracle's state
     assert not Path("/tmp/escaped-by-judge.txt").exists()
     assert not (agent_judge.scratch.parent / "escaped-by-judge.txt").exists()
     agent_judge.flush()
@@ -417,7 +434,11 @@ def test_the_agent_judges_model_reads_the_workspace_quoted(packs, rollouts) -> N
     """The agent writes the forgery into a file: it reaches the model's review through the diff
     and through read_file, quoted both times, and a verdict inside it is never the judge's."""
     pack, oracle = packs[0], rollouts["oracle"][0]
-    trajectory = dataclasses.replace(oracle, final_files={**oracle.final_files, "out/notes.txt": FORGED})
+    note = ToolCall("write_file", {"path": "out/notes.txt", "content": FORGED})
+    trajectory = dataclasses.replace(oracle, messages=[
+        *oracle.messages[:-2], Message("assistant", "", (note,)),
+        Message("tool", "written", name="write_file"), *oracle.messages[-2:]],
+        final_files={**oracle.final_files, "out/notes.txt": FORGED})
 
     def reply(request: ChatRequest) -> str:
         if request.messages[-1].role == "user":

@@ -1,7 +1,9 @@
 """The agent judge: inspects a copy of the final workspace and runs the verifiers on it.
 
-For each rollout it rebuilds the final workspace from the recorded changes, places a copy in a
-folder of its own, computes the record-level diff against the initial workspace, runs every
+For each rollout it rebuilds the final workspace by replaying the trajectory's tool calls in a
+fresh copy of the initial workspace, with the rollouts' own tools, in a folder of its own (where
+the recorded final state disagrees with the replay, judging fails on every criterion with the
+reason), computes the record-level diff against the initial workspace, runs every
 criterion's compiled check in the sandbox pool, and lists collateral damage: the changed
 records that no deliverable of the contract required.
 
@@ -14,7 +16,6 @@ compiled check passed, never pass one it failed; a review that gives no verdict 
 
 from __future__ import annotations
 
-import errno
 import queue
 import shutil
 import tempfile
@@ -29,18 +30,16 @@ from interlock.core.backend import ChatBackend
 from interlock.core.io import dumps, loads
 from interlock.judging.inspection import JUDGE_TOOLS, InspectionEnvironment, review_verdict
 from interlock.judging.sandbox import DEFAULT_LIMITS, Limits, SandboxPool, scratch_base
-from interlock.judging.verdicts import QUOTE, Judgement, quote, verdict_row
-from interlock.rollout.engine import Episode, RolloutLimits, run_episodes
+from interlock.judging.verdicts import QUOTE, REPLAY_FAILED, Judgement, quote, verdict_row
+from interlock.rollout.engine import Episode, RolloutLimits, WorkspaceEnvironment, run_episodes
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.checks import same
 from interlock.synthesis.kinds.effects import Realization
 from interlock.synthesis.packs import Criterion, TaskPack
 from interlock.synthesis.tasks import TaskContext
-from interlock.synthesis.workspace import DirectoryStore, PathRefused, apply_changes, workspace_diff
+from interlock.synthesis.workspace import DirectoryStore, changed_files, workspace_diff
 
 NAME = "agent"
-#: errors a path itself causes (not the machine): a file in the way, a name too long, ...
-_PATH_ERRORS = {errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.EINVAL, errno.EILSEQ}
 MAX_LISTED = 10  # collateral records named in a criterion's evidence
 
 
@@ -108,27 +107,24 @@ def describe(entries: list[dict]) -> str:
 
 # ----------------------------------------------------------------------------- the copy
 
-def place(files: dict[str, str], root: Path) -> tuple[DirectoryStore, list[dict]]:
-    """Write a workspace copy to ``root``; files that cannot be placed because of their own
-    paths or content (a path that would leave it, a file where a folder must be, text that is
-    not text) are left out and reported. A full disk is not the agent's doing: it raises."""
-    if root.exists():
-        shutil.rmtree(root)
-    root.mkdir(parents=True)
-    store = DirectoryStore(root)
-    problems = []
-    for path, text in sorted(files.items()):
-        try:
-            store.write(path, text)
-        except OSError as exc:
-            if exc.errno not in _PATH_ERRORS:
-                raise
-            problems.append({"file": str(path), "record": None,
-                             "reason": f"cannot be placed in the workspace ({exc.strerror})"})
-        except (PathRefused, ValueError, TypeError, AttributeError) as exc:
-            problems.append({"file": str(path), "record": None,
-                             "reason": f"cannot be placed in the workspace ({exc})"})
-    return store, problems
+def replay(trajectory: Trajectory, pack: TaskPack, root: Path) -> tuple[DirectoryStore, str | None]:
+    """The final workspace the trajectory's tool calls make, at ``root``: a fresh copy of the
+    initial workspace with every call the rollout engine ran executed again by the same tools.
+    The second item says where the recorded final state disagrees with it (None: it agrees); a
+    transcript must have made the state it is judged on, or training would learn a transcript
+    that does not do what it claims."""
+    environment = WorkspaceEnvironment(pack, root)
+    environment.replay(trajectory.messages)
+    store = environment.store
+    replayed = changed_files(pack.files, {path: store.read(path) for path in store.files()})
+    recorded = trajectory.final_files or {}
+    differ = sorted(p for p in set(replayed) | set(recorded) if replayed.get(p) != recorded.get(p))
+    if not differ:
+        return store, None
+    named = ", ".join(repr(path)[:80] for path in differ[:MAX_LISTED])
+    more = f" and {len(differ) - MAX_LISTED} more" if len(differ) > MAX_LISTED else ""
+    return store, (f"the recorded final state disagrees with what its tool calls do when "
+                               f"replayed, on {named}{more}")
 
 
 @dataclass
@@ -139,6 +135,7 @@ class _Prepared:
     diff: list[dict]
     collateral: list[dict]
     seconds: float
+    mismatch: str | None  # where the recorded final state is not what the calls make
 
 
 @dataclass(frozen=True)
@@ -225,12 +222,11 @@ class AgentJudge:
 
     def _prepare(self, trajectory: Trajectory, pack: TaskPack, root: Path) -> _Prepared:
         start = time.perf_counter()
-        final = apply_changes(pack.files, trajectory.final_files or {})
-        store, problems = place(final, root)
+        store, mismatch = replay(trajectory, pack, root)
         on_disk = {path: store.read(path) or "" for path in store.files()}
         diff = workspace_diff(pack.files, on_disk)
-        return _Prepared(trajectory, pack, root, diff, problems + collateral(pack, diff),
-                         time.perf_counter() - start)
+        return _Prepared(trajectory, pack, root, diff, collateral(pack, diff), time.perf_counter() - start,
+                         mismatch)
 
     def _judgement(self, prepared: _Prepared, outcomes: list, shared: float,
                    by_criterion: dict[str, _Review]) -> Judgement:
@@ -243,6 +239,8 @@ class AgentJudge:
             compiled[cid] = passed
             if criterion.kind == "no_collateral" and prepared.collateral:
                 evidence += "; changed where no decision required it: " + describe(prepared.collateral)
+            if prepared.mismatch:  # judging fails: no verdict of the replayed state is the recorded one's
+                passed, evidence = False, f"{REPLAY_FAILED} {prepared.mismatch}"
             review = by_criterion.get(cid)
             seconds[cid] = outcome.seconds + overhead + (review.seconds if review else 0.0)
             tokens[cid] = review.tokens if review else 0
@@ -267,7 +265,7 @@ class AgentJudge:
         episodes, asked = [], {}
         for index, p in enumerate(prepared):
             for criterion, outcome in zip(p.pack.rubric, outcomes[index], strict=True):
-                if not outcome.passed:
+                if not outcome.passed or p.mismatch:
                     continue
                 key = f"judge/{index}/{p.trajectory.rollout_id}/{criterion.criterion_id}"
                 asked[key] = index, criterion.criterion_id

@@ -47,11 +47,12 @@ def accepted(passed: dict[str, bool], rubric: list[Criterion]) -> bool:
 
 def judging_problems(judgement: Judgement, rubric: list[Criterion]) -> list[str]:
     """Why judging did not run cleanly on every criterion (what an execution gate checks): a
-    criterion without a verdict, or one the sandbox could not judge. Failing is not a problem."""
+    criterion without a verdict, one the sandbox could not judge, or a trajectory whose tool
+    calls do not make its recorded final state. Failing is not a problem."""
     verdicts = {v["criterion_id"]: v for v in judgement.verdicts}
     problems = [f"{c.criterion_id}: no verdict" for c in rubric if c.criterion_id not in verdicts]
     problems += [f"{cid}: {v['evidence']}" for cid, v in verdicts.items()
-                 if v["evidence"].startswith(("sandbox:", "unknown check op"))]
+                 if v["evidence"].startswith(JUDGING_FAILURES)]
     return problems
 
 
@@ -68,6 +69,10 @@ def check_targets(spec: dict) -> tuple[list[str], list[str]]:
     return [], []
 
 
+#: how a verdict's evidence starts when a trajectory's tool calls do not make its recorded final state
+REPLAY_FAILED = "replay:"
+#: how a verdict's evidence starts where judging itself failed (not the criterion)
+JUDGING_FAILURES = ("sandbox:", "unknown check op", REPLAY_FAILED)
 #: how every line of text an agent could have written starts when a model judge reads it: no
 #: such line can pass for a header of the transcript or of the judge's own instructions
 QUOTE = "\u2502 "

@@ -20,6 +20,7 @@ from typing import Protocol
 from interlock.core.backend import ChatBackend, ChatRequest, EpisodeTask
 from interlock.core.chat import Message, ToolCall, ToolResult, parse_turn
 from interlock.rollout.trajectory import FinishReason, Trajectory
+from interlock.synthesis.packs import TaskPack
 from interlock.synthesis.tasks import TaskContext
 from interlock.synthesis.workspace import TOOL_SPECS, changed_files, execute, materialize, workspace_diff
 
@@ -75,11 +76,24 @@ class WorkspaceEnvironment:
 
     tools = TOOLS
 
-    def __init__(self, episode: Episode, folder: Path) -> None:
+    def __init__(self, pack: TaskPack, folder: Path) -> None:
+        self.pack, self.folder = pack, folder
+        self.store = materialize(pack.files, folder)
+
+    @classmethod
+    def of(cls, episode: Episode, folder: Path) -> WorkspaceEnvironment:
+        """The environment of a workspace episode (an episode's ``open_environment``)."""
         if not isinstance(episode.task, TaskContext):
             raise TypeError(f"a workspace episode needs a compiled task, not {type(episode.task).__name__}")
-        self.pack, self.folder = episode.task.pack, folder
-        self.store = materialize(self.pack.files, folder)
+        return cls(episode.task.pack, folder)
+
+    def replay(self, messages: list[Message]) -> None:
+        """Run a finished episode's tool calls again, as the engine ran them: every call of every
+        assistant turn, in order, up to the one that submitted."""
+        for message in messages:
+            for call in message.tool_calls if message.role == "assistant" else ():
+                if self.execute(call).submitted:
+                    return
 
     def opening(self) -> list[Message]:
         return [Message("system", SYSTEM_PROMPT), Message("user", self.pack.request)]
@@ -107,7 +121,7 @@ class Episode:
     seed: int
     messages: list[Message] = field(default_factory=list)
     #: opens the episode's environment in its own scratch folder (a class or any callable)
-    open_environment: Callable[[Episode, Path], Environment] = WorkspaceEnvironment
+    open_environment: Callable[[Episode, Path], Environment] = WorkspaceEnvironment.of
     environment: Environment | None = None
     turns: int = 0
     steps: int = 0  # assistant turns since the last user message
