@@ -16,7 +16,15 @@ from interlock.core.chat import ToolCall
 from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
 from interlock.synthesis.blueprints import make_blueprint
-from interlock.synthesis.checks import View, realization_check, run_check, same, sha
+from interlock.synthesis.checks import (
+    View,
+    describe,
+    realization_check,
+    run_check,
+    same,
+    sha,
+    unrequired_changes,
+)
 from interlock.synthesis.graph import build_graph
 from interlock.synthesis.kinds.couplings import COUPLING_KINDS
 from interlock.synthesis.kinds.effects import REGISTER_PATH, Realization, document_text
@@ -77,16 +85,20 @@ def _register(*entries: tuple[str, str]) -> dict[str, str]:
 # ----------------------------------------------------------------------------- same()
 
 @pytest.mark.parametrize(("actual", "expected"), [
-    ("420", "420.00"), (420, "420.0"), (" Approved ", "approved"), ("C-1", "c-1"), ("0.5", ".5"),
-    ("2026-10-05", "2026-10-05"),
+    ("420", "420.00"), (420, "420.0"), (" approved\t", "approved"), ("C-1", "C-1"), ("0.5", ".5"),
+    ("2026-10-05", "2026-10-05"), ("1E3", "1000"),
 ])
-def test_same_normalises_case_space_and_numbers(actual, expected) -> None:
+def test_same_trims_ascii_space_and_tolerates_number_formatting(actual, expected) -> None:
     assert same(actual, expected) and same(expected, actual)
 
 
 @pytest.mark.parametrize(("actual", "expected"), [
     ("420", "421"), ("", "0"), ("approved", "approve"), ("420", "420 EUR"), (None, ""),
     ("2026-10-05", "2026-10-06"), ("1_000", "1000"), ("inf", "infinity"),
+    # identity values compare code point by code point: no case folding, no Unicode look-alikes
+    ("Approved", "approved"), ("C-1", "c-1"), ("\u212a-7", "K-7"), ("\uff23-1", "C-1"),
+    ("C-1\u00a0", "C-1"), ("\u00a0C-1", "C-1"), ("Ａlice", "Alice"), ("e\u0301", "\u00e9"),
+    ("\u0664\u0662\u0660", "420"),
 ])
 def test_same_tells_different_values_apart(actual, expected) -> None:
     assert not same(actual, expected) and not same(expected, actual)
@@ -154,9 +166,12 @@ def test_record_jsonl_missing_field_and_malformed_lines(view_of) -> None:
     partial = {k: v for k, v in PAYMENT.fields.items() if k != "payee"}
     passed, evidence = run_check(spec, view_of(_apply(FILES, _append(PAYMENT.path, partial))))
     assert not passed and "payee" in evidence
+    # a record the check cannot read strictly may be the one it is about: it fails, never guesses
     noisy = {**FILES, PAYMENT.path: "not json\n" + json.dumps(PAYMENT.fields) + "\n[1]\n"}
     passed, evidence = run_check(spec, view_of(noisy))
-    assert passed, evidence
+    assert not passed and "malformed record (line 1: not one JSON object" in evidence
+    clean = {**FILES, PAYMENT.path: json.dumps(PAYMENT.fields) + "\n"}
+    assert run_check(spec, view_of(clean))[0]
 
 
 def test_record_status_update_only_counts_the_right_row(view_of) -> None:
@@ -175,7 +190,9 @@ def test_record_missing_file(view_of) -> None:
 
 @pytest.mark.parametrize(("text", "ok"), [
     (document_text(LETTER.fields), True),
-    ("case: C-1\nOUTCOME:  Approved \n", True),
+    ("case: C-1\nOUTCOME:  approved \n", True),
+    ("Case: C-1\nOutcome: Approved\n", False),  # a value compares case-sensitively
+    ("Case: \uff23-1\nOutcome: approved\n", False),  # a fullwidth look-alike is another value
     ("# Letter\n\nDear Ana,\nCase: C-1\nOutcome: approved\nRegards\n", True),
     ("Case: C-1\nOutcome: rejected\n", False),
     ("Case: C-1\n", False),
@@ -209,7 +226,7 @@ COUPLINGS = {
     "total_cap": ({"cap": 500}, {"C-1": {"approved": 420}, "C-2": {"approved": 150}},
                   [("C-1", "approved"), ("C-2", "rejected")], [("C-1", "approved"), ("C-2", "approved")]),
     "count_cap": ({"k": 1}, {"C-1": {"approved": 420}, "C-2": {"approved": 150}},
-                  [("C-1", "rejected"), ("C-2", "Approved")], [("C-1", "approved"), ("C-2", "approved")]),
+                  [("C-1", "rejected"), ("C-2", "approved")], [("C-1", "approved"), ("C-2", "approved")]),
     "value_capacity": ({"k": 1}, {"C-1": _SLOTS, "C-2": _SLOTS},
                        [("C-1", "2026-10-05"), ("C-2", "2026-10-06")],
                        [("C-1", "2026-10-05"), ("C-2", "2026-10-05")]),
@@ -251,13 +268,15 @@ def test_total_cap_boundary(view_of) -> None:
 @pytest.mark.parametrize("kind", sorted(COUPLINGS))
 def test_coupling_all_fallback_register_passes(view_of, kind: str) -> None:
     spec = _coupling_spec(kind)
-    assert run_check(spec, view_of(_register(("C-1", "rejected"), ("C-2", "REJECTED"))))[0]
+    assert run_check(spec, view_of(_register(("C-1", "rejected"), ("C-2", "rejected"))))[0]
 
 
 @pytest.mark.parametrize(("entries", "words"), [
     ([("C-1", "approved")], ["0 decisions", "C-2"]),
     ([("C-1", "approved"), ("C-2", "rejected"), ("C-2", "approved")], ["2 decisions", "C-2"]),
     ([("C-1", "maybe"), ("C-2", "rejected")], ["C-1", "maybe", "not one the policy allows"]),
+    ([("C-1", "Approved"), ("C-2", "rejected")], ["C-1", "Approved", "not one the policy allows"]),
+    ([("\u212a-1", "approved"), ("C-2", "rejected")], ["0 decisions", "C-1"]),  # a Kelvin-sign look-alike
 ])
 def test_coupling_register_problems(view_of, entries, words) -> None:
     passed, evidence = run_check(_coupling_spec("total_cap"), view_of(_register(*entries)))
@@ -280,21 +299,23 @@ def _rows_of(text: str) -> dict[str, dict[str, str]]:
     return {line.split(",")[0]: dict(zip(columns, line.split(","), strict=True)) for line in lines}
 
 
+REGISTER_FIELDS = ["basis", "case_id", "outcome"]
+#: C-1 is approved (a register row, a ledger row, a payment, a letter, its status); C-2 is
+#: rejected (a register row and its status only: no posting, payment or letter is required)
 NO_COLLATERAL = {
     "op": "no_collateral",
-    "unchanged": {"REQUEST.md": sha(FILES["REQUEST.md"]),
-                  "policies/payroll.md": sha(FILES["policies/payroll.md"])},
-    "tables": {"payroll/requests.csv": {"rows": _rows_of(CASES),
-                                        "mutable": {"C-1": ["status"], "C-2": ["status"]}}},
+    "files": {path: sha(text) for path, text in sorted(FILES.items())},
     "appends": {
-        REGISTER_PATH: {"prefix": FILES[REGISTER_PATH], "format": "csv", "initial_records": 0,
-                        "allowed": ["C-1", "C-2"]},
-        "ledger/gross.csv": {"prefix": FILES["ledger/gross.csv"], "format": "csv", "initial_records": 0,
-                             "allowed": ["C-1", "C-2"]},
-        "payments/refunds.jsonl": {"prefix": "", "format": "jsonl", "initial_records": 0,
-                                   "allowed": ["C-1", "C-2"]},
+        REGISTER_PATH: {"format": "csv", "prefix": FILES[REGISTER_PATH], "initial_records": 0,
+                        "records": {"C-1": REGISTER_FIELDS, "C-2": REGISTER_FIELDS}},
+        "ledger/gross.csv": {"format": "csv", "prefix": FILES["ledger/gross.csv"], "initial_records": 0,
+                             "records": {"C-1": sorted(LEDGER.fields)}},
+        "payments/refunds.jsonl": {"format": "jsonl", "prefix": "", "initial_records": 0,
+                                   "records": {"C-1": sorted(PAYMENT.fields)}},
     },
-    "folders": {"letters": ["C-1.md", "C-2.md"]},
+    "tables": {"payroll/requests.csv": {"key": "id", "rows": _rows_of(CASES),
+                                        "mutable": {"C-1": ["status"], "C-2": ["status"]}}},
+    "documents": [LETTER.path],
 }
 
 WORK = [
@@ -325,52 +346,76 @@ def _calls(*calls: ToolCall):
     return lambda files: _apply(files, *calls)
 
 
+_ADDED_COLUMN = "".join(line + (",note\n" if i == 0 else ",x\n") for i, line in enumerate(CASES.splitlines()))
+
+#: damage -> (how it is done, what the guard's evidence must name)
 DAMAGE = {
     "protected file changed": (_with("policies/payroll.md", FILES["policies/payroll.md"] + "- P-9 new\n"),
-                               "policies/payroll.md changed"),
+                               "policies/payroll.md (changed; no decision requires it)"),
     "request changed": (_with("REQUEST.md", FILES["REQUEST.md"].replace("every", "some")),
-                        "REQUEST.md changed"),
-    "protected file deleted": (_without("policies/payroll.md"), "policies/payroll.md deleted"),
+                        "REQUEST.md (changed; no decision requires it)"),
+    "protected file deleted": (_without("policies/payroll.md"), "policies/payroll.md (deleted)"),
     "non-mutable column changed": (
         _calls(ToolCall("update_record", {"path": "payroll/requests.csv", "id": "C-1",
                                           "fields": {"amount": "400"}})),
-        "payroll/requests.csv C-1: amount changed"),
+        "payroll/requests.csv C-1 (amount changed, which no decision requires)"),
     "status of a case nobody decides changed": (
         _calls(ToolCall("update_record", {"path": "payroll/requests.csv", "id": "C-0",
                                           "fields": {"status": "approved"}})),
-        "payroll/requests.csv C-0: status changed"),
+        "payroll/requests.csv C-0 (status changed, which no decision requires)"),
     "row added to a table": (
         _calls(_append("payroll/requests.csv", {"id": "C-9", "employee": "X", "amount": "1",
                                                 "status": "pending"})),
-        "payroll/requests.csv: rows added, removed or duplicated"),
+        "payroll/requests.csv C-9 (a row no decision requires was added)"),
     "row removed from a table": (
         _with("payroll/requests.csv", CASES.replace("C-2,Ben Moreau,150,pending\n", "")),
-        "payroll/requests.csv: rows added, removed or duplicated"),
+        "payroll/requests.csv C-2 (the row was removed)"),
     "row duplicated in a table": (_with("payroll/requests.csv", CASES + "C-2,Ben Moreau,150,pending\n"),
-                                  "payroll/requests.csv: rows added, removed or duplicated"),
-    "table deleted": (_without("payroll/requests.csv"), "payroll/requests.csv deleted"),
-    "column added to a table": (
-        _with("payroll/requests.csv", CASES.replace("status\n", "status,note\n", 1)
-              .replace("C-2,Ben Moreau,150,pending\n", "C-2,Ben Moreau,150,pending,x\n")),
-        "payroll/requests.csv C-2: note changed"),
+                                  "payroll/requests.csv C-2 (a second row with this key)"),
+    "table deleted": (_without("payroll/requests.csv"), "payroll/requests.csv (deleted)"),
+    "column added to a table": (_with("payroll/requests.csv", _ADDED_COLUMN),
+                                "payroll/requests.csv C-2 (note changed, which no decision requires)"),
+    "malformed row in a table": (
+        _with("payroll/requests.csv", CASES + "C-9,x\n"),
+        "payroll/requests.csv row 5 (malformed record (row 5: 2 cells under a header of 4))"),
     "stray csv record for an unknown case": (
         _calls(_append("ledger/gross.csv", {"case_id": "C-9", "account": "6100", "amount": "1"})),
-        "ledger/gross.csv: records for ['C-9']"),
+        "ledger/gross.csv C-9 (a record for 'C-9' that no decision requires)"),
+    "ledger posting for a case whose decision requires none": (
+        _calls(_append("ledger/gross.csv", {"case_id": "C-2", "account": "6100", "amount": "150"})),
+        "ledger/gross.csv C-2 (a record for 'C-2' that no decision requires)"),
+    "payment for a case whose decision requires none": (
+        _calls(_append("payments/refunds.jsonl", {"case_id": "C-2", "payee": "Ben Moreau", "amount": "150"})),
+        "payments/refunds.jsonl C-2 (a record for 'C-2' that no decision requires)"),
     "stray register entry for a closed case": (
         _calls(_append(REGISTER_PATH, {"case_id": "C-0", "outcome": "approved", "basis": "P-1"})),
-        f"{REGISTER_PATH}: records for ['C-0']"),
+        f"{REGISTER_PATH} C-0 (a record for 'C-0' that no decision requires)"),
+    "register entry for a look-alike case id": (
+        _calls(_append(REGISTER_PATH, {"case_id": "C\u20111", "outcome": "approved", "basis": "P-1"})),
+        f"{REGISTER_PATH} C\u20111 (a record for 'C\u20111' that no decision requires)"),
     "stray jsonl record for an unknown case": (
         _calls(_append("payments/refunds.jsonl", {"case_id": "C-9", "amount": "1"})),
-        "payments/refunds.jsonl: records for ['C-9']"),
-    "jsonl record without a case": (_with("payments/refunds.jsonl", "garbage\n"),
-                                    "payments/refunds.jsonl: records for [None]"),
+        "payments/refunds.jsonl C-9 (a record for 'C-9' that no decision requires)"),
+    "extra field in a record": (
+        _calls(_append("payments/refunds.jsonl", {**PAYMENT.fields, "note": "x"})),
+        "payments/refunds.jsonl C-1 (fields 'note' that no decision writes)"),
+    "duplicate records": (_calls(PAYMENT.tool_call(), PAYMENT.tool_call()),
+                          "payments/refunds.jsonl C-1 (a second record for 'C-1')"),
+    "malformed jsonl record": (_with("payments/refunds.jsonl", "garbage\n"),
+                               "payments/refunds.jsonl #0 (malformed record (line 1: not one JSON object"),
     "append target rewritten": (_with("ledger/gross.csv", "case_id,account,amount,note\n"),
-                                "ledger/gross.csv: initial content rewritten"),
-    "append target deleted": (_without("ledger/gross.csv"), "ledger/gross.csv: initial content deleted"),
+                                "ledger/gross.csv (its initial content was rewritten"),
+    "append target deleted": (_without("ledger/gross.csv"), "ledger/gross.csv (deleted)"),
     "stray file in a document folder": (_with("letters/C-9.md", "Case: C-9\n"),
-                                        "letters: files ['C-9.md']"),
+                                        "letters/C-9.md (created; no decision requires it)"),
     "stray nested file in a document folder": (_with("letters/drafts/C-1.md", "x"),
-                                               "letters: files ['drafts/C-1.md']"),
+                                               "letters/drafts/C-1.md (created; no decision requires it)"),
+    "a test configuration at the root": (_with("conftest.py", "def pytest_configure(): pass\n"),
+                                         "conftest.py (created; no decision requires it)"),
+    "a verifier's configuration": (_with(".verifier/config.yaml", "pass: true\n"),
+                                   ".verifier/config.yaml (created; no decision requires it)"),
+    "a second policy": (_with("policies/override.md", "- **P-1.** Approve everything.\n"),
+                        "policies/override.md (created; no decision requires it)"),
 }
 
 
@@ -390,6 +435,17 @@ def test_no_collateral_reports_every_problem(view_of) -> None:
     assert not passed
     for name in ("protected file changed", "stray file in a document folder", "non-mutable column changed"):
         assert DAMAGE[name][1] in evidence
+
+
+def test_the_guard_and_the_collateral_list_are_one_definition(view_of) -> None:
+    """Every damage is named by unrequired_changes, and the guard fails exactly then."""
+    for damage, _ in DAMAGE.values():
+        for base in (FILES, _apply(FILES, *WORK)):
+            view = view_of(damage(base))
+            changes = unrequired_changes(NO_COLLATERAL, view)
+            assert changes and run_check(NO_COLLATERAL, view) == (
+                False, "changed where no decision required it: " + describe(changes))
+    assert unrequired_changes(NO_COLLATERAL, view_of(_apply(FILES, *WORK))) == []
 
 
 # ----------------------------------------------------------------------------- controls on real packs
@@ -484,11 +540,12 @@ def test_collateral_damage_to_real_packs_is_caught(tasks) -> None:
         [guard] = [c for c in pack.rubric if c.guard]
         spec = pack.checks[guard.criterion_id]
         final = _oracle(pack)
-        assert spec["unchanged"] and spec["appends"]
-        for path in spec["unchanged"]:
+        unchanged = [p for p in spec["files"] if p not in spec["appends"] and p not in spec["tables"]]
+        assert unchanged and spec["appends"]
+        for path in unchanged:
             damaged = MemoryStore({**final.contents, path: final.contents[path] + "\n"})
             passed, evidence = run_check(spec, View(damaged))
-            assert not passed and path in evidence
+            assert not passed and f"{path} (changed; no decision requires it)" in evidence
         for path, table in spec["tables"].items():
             row_id, row = next(iter(table["rows"].items()))
             column = next(c for c in row if c not in table["mutable"].get(row_id, []) and c != "id")
@@ -496,7 +553,7 @@ def test_collateral_damage_to_real_packs_is_caught(tasks) -> None:
             assert execute(damaged, ToolCall("update_record", {"path": path, "id": row_id,
                                                                 "fields": {column: row[column] + "9"}})).ok
             passed, evidence = run_check(spec, View(damaged))
-            assert not passed and f"{path} {row_id}: {column} changed" in evidence
+            assert not passed and f"{path} {row_id} ({column} changed" in evidence
 
 
 def test_document_effects_of_a_real_pack(catalog) -> None:
@@ -505,13 +562,14 @@ def test_document_effects_of_a_real_pack(catalog) -> None:
                                TaskSize(4, 3, 2, 2), stable_seed(7, domain.id))
     pack = build_pack(build_graph(blueprint, domain), domain)
     [guard] = [c for c in pack.rubric if c.guard]
-    assert pack.checks[guard.criterion_id]["folders"], "expected a document folder to guard"
+    documents = pack.checks[guard.criterion_id]["documents"]
+    assert documents, "expected a document to guard"
     assert any(spec["op"] == "document" for spec in pack.checks.values())
     final = _oracle(pack)
     assert all(ok for ok, _ in _results(pack, View(final)).values())
     initial = _results(pack, View(MemoryStore(pack.files)))
     assert all(initial[c.criterion_id][0] is c.guard for c in pack.rubric)
-    folder = next(iter(pack.checks[guard.criterion_id]["folders"]))
+    folder = documents[0].rsplit("/", 1)[0]
     stray = MemoryStore({**final.contents, f"{folder}/ZZ-0000.md": "Case: ZZ-0000\n"})
     passed, evidence = run_check(pack.checks[guard.criterion_id], View(stray))
     assert not passed and "ZZ-0000.md" in evidence

@@ -18,7 +18,7 @@ import pytest
 
 from interlock.core.backend import ChatRequest, Completion
 from interlock.core.chat import Message, ToolCall
-from interlock.judging.agent import AgentJudge, collateral
+from interlock.judging.agent import AgentJudge
 from interlock.judging.metrics import JudgeStats
 from interlock.judging.sandbox import Limits
 from interlock.judging.text import TextJudge, believed_path, claimed_files, parse_answer
@@ -235,7 +235,7 @@ def test_collateral_damage_is_flagged(agent_judge, contexts, rollouts) -> None:
         assert all(ok for cid, ok in judgement.passed.items() if cid != guard)
 
 
-def test_record_level_collateral(contexts, rollouts, tmp_path: Path) -> None:
+def test_record_level_collateral(agent_judge, contexts, rollouts, tmp_path: Path) -> None:
     index, context = next((i, c) for i, c in enumerate(contexts)
                           if any(json.loads(r["realization"])["op"] == "update_csv"
                                  and json.loads(r["realization"])["path"] == c.domain.case.table
@@ -251,21 +251,22 @@ def test_record_level_collateral(contexts, rollouts, tmp_path: Path) -> None:
         return [*turns[:-1], ("And once more.", [first]), turns[-1]]
 
     trajectory = play(context, Edited("collateral_damage", record_twice), tmp_path, "collateral_damage")
-    found = {(c["file"], c["record"]): c["reason"] for c in collateral(pack, trajectory.diff)}
+    judged = agent_judge.judge([(trajectory, pack), (rollouts["collateral_damage"][index], pack),
+                                (rollouts["oracle"][index], pack)])
+    found = {(c["file"], c["record"]): c["reason"] for c in judged[0].collateral}
     for other in others:
         assert (table, other) in found and "no decision requires" in found[table, other]
     assert any(f == REGISTER_PATH and "UNRELATED-1" in reason for (f, _), reason in found.items())
     assert any(f == REGISTER_PATH and "second record" in reason for (f, _), reason in found.items())
     assert len(found) == len(others) + 2
     without = {k: v for k, v in found.items() if "second record" not in v}
-    assert {(c["file"], c["record"]): c["reason"] for c in collateral(
-        pack, rollouts["collateral_damage"][index].diff)} == without
-    assert collateral(pack, rollouts["oracle"][index].diff) == []
+    assert {(c["file"], c["record"]): c["reason"] for c in judged[1].collateral} == without
+    assert judged[2].collateral == []
 
 
 def test_planted_verifiers_change_nothing(agent_judge, contexts, tmp_path: Path) -> None:
     """Verifier files planted in the workspace (tests, conftest, a checks.json, a verdict) are
-    flagged as collateral and change no verdict."""
+    collateral: they fail the guard and change no other verdict."""
     context = contexts[0]
     pack = context.pack
     (trajectory,) = scripted_rollouts([context], ["plant_verifier"], seed=0, workdir=tmp_path)
@@ -283,7 +284,10 @@ def test_planted_verifiers_change_nothing(agent_judge, contexts, tmp_path: Path)
     judgement, clean = agent_judge.judge([(trajectory, pack), (unplanted, pack)])
     assert not accepted(judgement.passed, pack.rubric)
     assert {c["file"] for c in judgement.collateral} == planted and clean.collateral == []
-    assert judgement.passed == clean.passed
+    guard = next(c.criterion_id for c in pack.rubric if c.guard)
+    assert not judgement.passed[guard] and clean.passed[guard]
+    assert {k: v for k, v in judgement.passed.items() if k != guard} == {
+        k: v for k, v in clean.passed.items() if k != guard}
 
 
 def test_a_transcript_is_judged_by_what_its_calls_do_not_by_the_state_stored_beside_it(

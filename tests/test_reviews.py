@@ -150,7 +150,7 @@ def test_controls_catch_a_check_that_fails_on_the_oracle(tasks):
 def test_controls_catch_a_guard_blind_to_collateral_damage(tasks):
     _, _, _, pack = copy.deepcopy(tasks[6])
     guard = next(c for c in pack.rubric if c.guard)
-    pack.checks[guard.criterion_id]["unchanged"].pop(REQUEST_PATH)
+    pack.checks[guard.criterion_id]["documents"].append(REQUEST_PATH)  # as if a decision wrote it
     problems = control_problems(pack)
     assert [(p["criterion_id"], p["control"]) for p in problems] == [(guard.criterion_id, "collateral")]
 

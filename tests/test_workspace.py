@@ -15,6 +15,8 @@ import pytest
 
 from interlock.core.chat import ToolCall, ToolResult
 from interlock.synthesis.workspace import (
+    MALFORMED,
+    MAX_FIELD_CHARS,
     TOOL_SPECS,
     DirectoryStore,
     MemoryStore,
@@ -22,6 +24,8 @@ from interlock.synthesis.workspace import (
     clean_path,
     execute,
     format_csv,
+    is_malformed,
+    malformed,
     materialize,
     parse_csv,
     parse_jsonl,
@@ -463,17 +467,58 @@ def test_csv_round_trip_with_awkward_values() -> None:
     assert parse_csv(text) == (header, rows)
 
 
-def test_parse_csv_pads_short_rows_and_skips_blank_lines() -> None:
-    assert parse_csv("a,b,c\n1\n\n2,3,4\n") == (["a", "b", "c"], [{"a": "1", "b": "", "c": ""},
-                                                                   {"a": "2", "b": "3", "c": "4"}])
+def test_parse_csv_reads_strictly_and_skips_blank_lines() -> None:
+    """A row is never repaired: too few or too many cells, a NUL byte, an over-long cell, or a
+    header that repeats or leaves out a name make it malformed, with the reason."""
+    assert parse_csv("a,b,c\n1\n\n2,3,4\n1,2,3,4\n") == (["a", "b", "c"], [
+        malformed("row 2: 1 cells under a header of 3"), {"a": "2", "b": "3", "c": "4"},
+        malformed("row 5: 4 cells under a header of 3")])
     assert parse_csv("") == ([], [])
     assert parse_csv("a,b\n") == (["a", "b"], [])
+    assert parse_csv("a,a\n1,2\n")[1] == [malformed("row 2: header: a column name repeats")]
+    assert parse_csv("a,\n1,2\n")[1] == [malformed("row 2: header: a column has no name")]
+    assert parse_csv("a,b\n1,\x002\n")[1] == [malformed("row 2: a NUL byte")]
+    assert parse_csv(f"a,b\n1,{'x' * (MAX_FIELD_CHARS + 1)}\n")[1] == [
+        malformed(f"row 2: a cell over {MAX_FIELD_CHARS} characters")]
+    # what the csv module itself refuses (a cell over its own limit) ends the table, no exception
+    header, rows = parse_csv("a\n1\n" + "y" * 200_000 + "\n")
+    assert rows[0] == {"a": "1"} and is_malformed(rows[-1]) and "unreadable" in rows[-1][MALFORMED]
 
 
 def test_parse_jsonl_marks_malformed_lines() -> None:
-    text = '{"case_id": "C-1"}\nnot json\n[1, 2]\n"text"\n{"case_id": "C-2"}\n'
-    assert parse_jsonl(text) == [{"case_id": "C-1"}, {"__malformed__": "not json"},
-                                 {"__malformed__": "[1, 2]"}, {"__malformed__": '"text"'},
-                                 {"case_id": "C-2"}]
+    text = '{"case_id": "C-1"}\nnot json\n[1, 2]\n"text"\n{"case_id": "C-2"}\r\n\n'
+    records = parse_jsonl(text)
+    assert [r.get("case_id") for r in records] == ["C-1", None, None, None, "C-2", None]
+    assert [r[MALFORMED].split(":")[0] for r in records if is_malformed(r)] == [
+        "line 2", "line 3", "line 4", "line 6"]
     assert parse_jsonl("") == []
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    ('{"case_id": "C-1", "case_id": "C-2"}', "a key repeats"),
+    ('{"case_id": "C-1\x00"}', "NUL"),
+    ('{"case_id": "C-1", "note": "a\u2028b"}', "a line break inside the record"),
+    ('{"case_id": "C-1", "note": "a\x85b"}', "a line break inside the record"),
+    ('{"a": ' * 20 + "1" + "}" * 20, "nested deeper"),
+    ('{"a": ' + '[' * 3000 + ']' * 3000 + "}", "not one JSON object"),
+    ('{"note": "' + "x" * (MAX_FIELD_CHARS + 1) + '"}', "a string over"),
+])
+def test_parse_jsonl_never_repairs_a_record(line: str, why: str) -> None:
+    (record,) = parse_jsonl(line + "\n")
+    assert is_malformed(record) and why in record[MALFORMED]
+    # the same record written by the tool is one clean line: line breaks escaped
+    if "line break" in why:
+        store = MemoryStore({"p.jsonl": ""})
+        value = json.loads(line)
+        assert execute(store, ToolCall("append_record", {"path": "p.jsonl", "record": value})).ok
+        assert parse_jsonl(store.read("p.jsonl")) == [value]
+
+
+def test_the_record_tools_refuse_to_rewrite_a_malformed_table() -> None:
+    store = MemoryStore({"t.csv": "id,status\nC-1,open\nC-2\n"})
+    for call in (ToolCall("append_record", {"path": "t.csv", "record": {"id": "C-3", "status": "x"}}),
+                 ToolCall("update_record", {"path": "t.csv", "id": "C-1", "fields": {"status": "x"}})):
+        result = execute(store, call)
+        assert not result.ok and "malformed row (row 3: 1 cells under a header of 2)" in result.output
+    assert store.read("t.csv") == "id,status\nC-1,open\nC-2\n"  # nothing repaired
     assert json.loads(json.dumps(parse_jsonl('{"a": 1}'))) == [{"a": 1}]

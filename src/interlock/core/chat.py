@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -76,6 +77,9 @@ def _arguments(value: object) -> dict:
 # ----------------------------------------------------------------------------- the text protocol
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+#: how deep a call's arguments may nest objects and lists (deeper is a malformed call: every
+#: later reader, down to the trajectory's JSON, stays far from Python's recursion limit)
+MAX_ARGUMENT_NESTING = 32
 _CALL = re.compile(re.escape(CALL_OPEN) + r"(.*?)(?:" + re.escape(CALL_CLOSE) + r"|$)", re.DOTALL)
 
 
@@ -106,6 +110,9 @@ def parse_turn(text: str) -> ParsedTurn:
         except ValueError as exc:  # not JSON, or a number too long for int() (over 4,300 digits)
             problems.append(f"malformed tool call (not JSON: {getattr(exc, 'msg', exc)}): {body[:120]}")
             continue
+        except RecursionError:
+            problems.append(f"malformed tool call (nested too deeply): {body[:120]}")
+            continue
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             problems.append(f"malformed tool call (needs a 'name'): {body[:120]}")
             continue
@@ -113,12 +120,34 @@ def parse_turn(text: str) -> ParsedTurn:
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments)
-            except ValueError:
+            except (ValueError, RecursionError):
                 problems.append(f"malformed tool call (arguments are not a JSON object): {body[:120]}")
                 continue
         if not isinstance(arguments, dict):
             problems.append(f"malformed tool call (arguments must be an object): {body[:120]}")
             continue
+        if nesting(arguments) > MAX_ARGUMENT_NESTING:
+            problems.append(f"malformed tool call (arguments nested deeper than {MAX_ARGUMENT_NESTING} "
+                            f"levels): {body[:120]}")
+            continue
         calls.append(ToolCall(data["name"], arguments))
     content = _CALL.sub("", text).strip()
     return ParsedTurn(content, tuple(calls), tuple(problems))
+
+
+def walk(value: object) -> Iterator[tuple[object, int]]:
+    """Every part of a JSON value (object keys included) with its depth, without recursion: a
+    value as deep as a hostile writer likes is read in constant stack."""
+    todo = [(value, 0)]
+    while todo:
+        item, depth = todo.pop()
+        yield item, depth
+        if isinstance(item, dict):
+            todo += [(part, depth + 1) for pair in item.items() for part in pair]
+        elif isinstance(item, list):
+            todo += [(part, depth + 1) for part in item]
+
+
+def nesting(value: object) -> int:
+    """How deep objects and lists nest in a JSON value (a scalar: 0)."""
+    return max(depth for _, depth in walk(value))

@@ -4,8 +4,9 @@ For each rollout it rebuilds the final workspace by replaying the trajectory's t
 fresh copy of the initial workspace, with the rollouts' own tools, in a folder of its own (where
 the recorded final state disagrees with the replay, judging fails on every criterion with the
 reason), computes the record-level diff against the initial workspace, runs every
-criterion's compiled check in the sandbox pool, and lists collateral damage: the changed
-records that no deliverable of the contract required.
+criterion's compiled check in the sandbox pool, and lists collateral damage: the changes no
+decision requires, by the guard's own definition
+(:func:`interlock.synthesis.checks.unrequired_changes`).
 
 With an LLM backend it also reviews each criterion the compiled check passed, through the
 rollout engine (:mod:`interlock.judging.inspection`): the model sees the criterion, the check's
@@ -21,88 +22,33 @@ import shutil
 import tempfile
 import threading
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from interlock.core.backend import ChatBackend
-from interlock.core.io import dumps, loads
+from interlock.core.io import dumps
 from interlock.judging.inspection import JUDGE_TOOLS, InspectionEnvironment, review_verdict
 from interlock.judging.sandbox import DEFAULT_LIMITS, Limits, SandboxPool, scratch_base
 from interlock.judging.verdicts import QUOTE, REPLAY_FAILED, Judgement, quote, verdict_row
 from interlock.rollout.engine import Episode, RolloutLimits, WorkspaceEnvironment, run_episodes
 from interlock.rollout.trajectory import Trajectory
-from interlock.synthesis.checks import same
-from interlock.synthesis.kinds.effects import Realization
+from interlock.synthesis.checks import MAX_LISTED, View, describe, unrequired_changes
 from interlock.synthesis.packs import Criterion, TaskPack
 from interlock.synthesis.tasks import TaskContext
-from interlock.synthesis.workspace import DirectoryStore, changed_files, workspace_diff
+from interlock.synthesis.workspace import DirectoryStore, Store, changed_files, workspace_diff
 
 NAME = "agent"
-MAX_LISTED = 10  # collateral records named in a criterion's evidence
 
 
 # ----------------------------------------------------------------------------- collateral
 
-def contract_targets(pack: TaskPack) -> dict[str, list[Realization]]:
-    """Every record the contract requires, by file."""
-    targets: dict[str, list[Realization]] = {}
-    for row in pack.contract:
-        realization = Realization.from_dict(loads(row["realization"], file="contracts", item=pack.task_id,
-                                                  field=row["deliverable_id"]))
-        targets.setdefault(realization.path, []).append(realization)
-    return targets
-
-
-def collateral(pack: TaskPack, diff: list[dict]) -> list[dict]:
-    """The diff entries no deliverable required: file, record, why."""
-    targets = contract_targets(pack)
-    seen: Counter = Counter()
-    found = []
-    for entry in diff:
-        reason = _unrequired(entry, targets, seen)
-        if reason:
-            found.append({"file": entry["file"], "record": entry["record"], "reason": reason})
-    return found
-
-
-def _unrequired(entry: dict, targets: dict[str, list[Realization]], seen: Counter) -> str | None:
-    path, record, before, after = entry["file"], entry["record"], entry["before"], entry["after"]
-    wanted = targets.get(path)
-    if not wanted:
-        what = "deleted" if after is None else "created" if before is None else "changed"
-        return f"{what}; no decision requires it"
-    op = wanted[0].op
-    if record is None:  # a whole file
-        if op == "write_file" and after is not None:
-            return None
-        return "deleted" if after is None else "replaced as a whole; its records cannot be matched"
-    if after is None:
-        return "record removed; no decision requires it"
-    if not isinstance(after, dict) or "__malformed__" in after:
-        return "malformed record"
-    if op == "update_csv":
-        match = next((r for r in wanted if same(record, r.key)), None)
-        if match is None or before is None:
-            return "no decision requires changing this record"
-        changed = sorted(c for c in set(before) | set(after) if before.get(c) != after.get(c))
-        extra = [c for c in changed if c not in match.fields]
-        return f"columns {', '.join(extra)} changed, which no decision requires" if extra else None
-    if before is not None:
-        return "an initial record was changed; only new records are required here"
-    case = after.get("case_id")
-    if not any(same(case or "", r.key) for r in wanted):
-        return f"a record for {case!r} that no decision requires"
-    seen[path, str(case).strip().lower()] += 1
-    return f"a second record for {case!r}" if seen[path, str(case).strip().lower()] > 1 else None
-
-
-def describe(entries: list[dict]) -> str:
-    named = [f"{e['file']}{'' if e['record'] is None else ' ' + str(e['record'])} ({e['reason']})"
-             for e in entries[:MAX_LISTED]]
-    more = f" and {len(entries) - MAX_LISTED} more" if len(entries) > MAX_LISTED else ""
-    return "; ".join(named) + more
+def collateral(pack: TaskPack, store: Store) -> list[dict]:
+    """The changes no decision requires, as the pack's guard defines them (one definition: a
+    non-empty list always means a failed guard); none where the pack has no guard."""
+    guard = next((c for c in pack.rubric if c.guard), None)
+    spec = pack.checks.get(guard.criterion_id) if guard else None
+    return unrequired_changes(spec, View(store)) if spec and spec.get("op") == "no_collateral" else []
 
 
 # ----------------------------------------------------------------------------- the copy
@@ -225,7 +171,7 @@ class AgentJudge:
         store, mismatch = replay(trajectory, pack, root)
         on_disk = {path: store.read(path) or "" for path in store.files()}
         diff = workspace_diff(pack.files, on_disk)
-        return _Prepared(trajectory, pack, root, diff, collateral(pack, diff), time.perf_counter() - start,
+        return _Prepared(trajectory, pack, root, diff, collateral(pack, store), time.perf_counter() - start,
                          mismatch)
 
     def _judgement(self, prepared: _Prepared, outcomes: list, shared: float,
@@ -237,8 +183,6 @@ class AgentJudge:
             cid = criterion.criterion_id
             passed, evidence = outcome.passed, outcome.evidence
             compiled[cid] = passed
-            if criterion.kind == "no_collateral" and prepared.collateral:
-                evidence += "; changed where no decision required it: " + describe(prepared.collateral)
             if prepared.mismatch:  # judging fails: no verdict of the replayed state is the recorded one's
                 passed, evidence = False, f"{REPLAY_FAILED} {prepared.mismatch}"
             review = by_criterion.get(cid)

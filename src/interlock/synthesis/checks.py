@@ -14,9 +14,11 @@ from collections.abc import Callable
 from interlock.synthesis.kinds.couplings import COUPLING_KINDS
 from interlock.synthesis.kinds.decisions import Outcome
 from interlock.synthesis.kinds.effects import Realization
-from interlock.synthesis.workspace import Store, parse_csv, parse_jsonl
+from interlock.synthesis.workspace import MALFORMED, Store, is_malformed, parse_csv, parse_jsonl
 
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?")
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+#: what trimming removes around a value: ASCII whitespace only (a no-break space is content)
+ASCII_SPACE = " \t\n\r\x0b\x0c"
 
 
 def sha(text: str) -> str:
@@ -24,13 +26,22 @@ def sha(text: str) -> str:
 
 
 def same(actual: object, expected: object) -> bool:
-    """Equal up to case, surrounding space and number formatting ("420" == "420.00")."""
-    a, e = str(actual).strip().lower(), str(expected).strip().lower()
+    """A written value is the expected one: code point by code point, case-sensitive, with no
+    Unicode normalisation, after trimming ASCII whitespace only, so a Kelvin sign, fullwidth
+    letters or a no-break space never equal their ASCII look-alikes; ASCII numbers up to their
+    formatting ("420" == "420.00")."""
+    a, e = str(actual).strip(ASCII_SPACE), str(expected).strip(ASCII_SPACE)
     if a == e:
         return True
-    if not (_NUMBER.fullmatch(a) and _NUMBER.fullmatch(e)):
-        return False
-    return float(a) == float(e)
+    return bool(_NUMBER.fullmatch(a) and _NUMBER.fullmatch(e)) and float(a) == float(e)
+
+
+def ascii_lower(text: str) -> str:
+    """Lower case for ASCII letters only (``str.lower`` turns the Kelvin sign into ``k``)."""
+    return text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = {code: code + 32 for code in range(ord("A"), ord("Z") + 1)}
 
 
 class View:
@@ -65,10 +76,19 @@ def realization_check(realization: Realization) -> dict:
             "key": realization.key, "expect": realization.fields}
 
 
+def _unreadable(path: str, records: list[dict] | None) -> Result | None:
+    """A check fails on a file that is missing, or holds a record it cannot read strictly (the
+    record may be the one the check is about: it is never guessed at)."""
+    if records is None:
+        return False, f"{path} is missing"
+    bad = next((r[MALFORMED] for r in records if is_malformed(r)), None)
+    return (False, f"{path} holds a malformed record ({bad})") if bad else None
+
+
 def _record(spec: dict, view: View) -> Result:
     records = view.records(spec["path"], spec["format"])
-    if records is None:
-        return False, f"{spec['path']} is missing"
+    if failed := _unreadable(spec["path"], records):
+        return failed
     matches = [r for r in records if same(r.get(spec["key_field"], ""), spec["key"])]
     if len(matches) != 1:
         return False, f"{len(matches)} records with {spec['key_field']}={spec['key']} in {spec['path']}"
@@ -87,16 +107,16 @@ def _document(spec: dict, view: View) -> Result:
     for line in text.splitlines():
         name, sep, value = line.partition(":")
         if sep:
-            lines[name.strip().lower()] = value
-    wrong = [f"{k}: {lines.get(k.lower())!r} (expected {v!r})" for k, v in spec["lines"].items()
-             if not same(lines.get(k.lower(), ""), v)]
+            lines[ascii_lower(name.strip(ASCII_SPACE))] = value
+    wrong = [f"{k}: {lines.get(ascii_lower(k))!r} (expected {v!r})" for k, v in spec["lines"].items()
+             if not same(lines.get(ascii_lower(k), ""), v)]
     return (False, f"{spec['path']}: " + "; ".join(wrong)) if wrong else (True, f"{spec['path']} as expected")
 
 
 def _coupling(spec: dict, view: View) -> Result:
     records = view.records(spec["path"], "csv")
-    if records is None:
-        return False, f"{spec['path']} is missing"
+    if failed := _unreadable(spec["path"], records):
+        return failed
     outcomes = []
     for case_id, allowed in spec["members"].items():
         rows = [r for r in records if same(r.get("case_id", ""), case_id)]
@@ -115,42 +135,103 @@ def _coupling(spec: dict, view: View) -> Result:
     return True, f"{spec['kind']} holds over {len(outcomes)} decisions"
 
 
+#: collateral changes a guard's evidence names (the rest are counted)
+MAX_LISTED = 10
+
+
+def unrequired_changes(spec: dict, view: View) -> list[dict]:
+    """Every change of the workspace that no decision requires, given a ``no_collateral`` spec:
+    ``file``, ``record`` (None: the file as a whole) and ``reason``. This is the one definition of
+    a required change: the guard fails exactly where it finds something, and the agent judge lists
+    the same entries as collateral damage.
+
+    Required are: the records the contract asks to append (one per case, no field beyond the
+    required ones), the columns it asks to update in its rows, and the documents it asks to write.
+    Everything else is unrequired: any other change to an initial file, a deleted file, a file
+    created anywhere else, a record for a case whose decision requires none, a second record for a
+    case, a field or column no decision writes, and a record that cannot be read strictly."""
+    found: list[dict] = []
+
+    def flag(path: str, record: str | None, reason: str) -> None:
+        found.append({"file": path, "record": record, "reason": reason})
+
+    documents, appended = set(spec["documents"]), set(spec["appends"])
+    for path in sorted(set(spec["files"]) | appended):
+        text = view.read(path)
+        if text is None:
+            if path in spec["files"]:
+                flag(path, None, "deleted")
+        elif path in appended:
+            _appended(path, spec["appends"][path], text, view.records(path, spec["appends"][path]["format"]),
+                      flag)
+        elif path in spec["tables"]:
+            _updated(path, spec["tables"][path], view.records(path, "csv"), flag)
+        elif path not in documents and sha(text) != spec["files"][path]:
+            flag(path, None, "changed; no decision requires it")
+    for path in view.store.files():
+        if path not in spec["files"] and path not in documents and path not in appended:
+            flag(path, None, "created; no decision requires it")
+    return found
+
+
+def _appended(path: str, target: dict, text: str, records: list[dict], flag) -> None:
+    if not text.startswith(target["prefix"]):
+        flag(path, None, "its initial content was rewritten; only new records are required")
+        return
+    seen: dict[str, int] = {}
+    for number, record in enumerate(records[target["initial_records"]:], start=target["initial_records"]):
+        if is_malformed(record):
+            flag(path, f"#{number}", f"malformed record ({record.get(MALFORMED)})")
+            continue
+        case = str(record.get("case_id", ""))
+        key = next((k for k in target["records"] if same(case, k)), None)
+        if key is None:
+            flag(path, case, f"a record for {case!r} that no decision requires")
+            continue
+        extra = sorted(set(record) - set(target["records"][key]))
+        if extra:
+            flag(path, case, f"fields {', '.join(map(repr, extra))} that no decision writes")
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] > 1:
+            flag(path, case, f"a second record for {case!r}")
+
+
+def _updated(path: str, table: dict, rows: list[dict], flag) -> None:
+    current: dict[str, dict] = {}
+    for number, row in enumerate(rows, start=2):
+        if is_malformed(row):
+            flag(path, f"row {number}", f"malformed record ({row.get(MALFORMED)})")
+        elif row.get(table["key"], "") in current:
+            flag(path, row.get(table["key"], ""), "a second row with this key")
+        else:
+            current[row.get(table["key"], "")] = row
+    for row_id in sorted(set(current) - set(table["rows"])):
+        flag(path, row_id, "a row no decision requires was added")
+    for row_id, initial in table["rows"].items():
+        row = current.get(row_id)
+        if row is None:
+            flag(path, row_id, "the row was removed")
+            continue
+        mutable = table["mutable"].get(row_id, [])
+        changed = [c for c, v in initial.items() if c not in mutable and row.get(c) != v]
+        changed += sorted(set(row) - set(initial))  # a column added
+        if changed:
+            flag(path, row_id, f"{', '.join(changed)} changed, which no decision requires")
+
+
+def describe(entries: list[dict]) -> str:
+    """Collateral changes in one line (the first :data:`MAX_LISTED`, then a count)."""
+    named = [f"{e['file']}{'' if e['record'] is None else ' ' + str(e['record'])} ({e['reason']})"
+             for e in entries[:MAX_LISTED]]
+    more = f" and {len(entries) - MAX_LISTED} more" if len(entries) > MAX_LISTED else ""
+    return "; ".join(named) + more
+
+
 def _no_collateral(spec: dict, view: View) -> Result:
-    problems = []
-    for path, digest in spec["unchanged"].items():
-        text = view.read(path)
-        if text is None or sha(text) != digest:
-            problems.append(f"{path} {'deleted' if text is None else 'changed'}")
-    for path, table in spec["tables"].items():
-        rows = view.records(path, "csv")
-        if rows is None:
-            problems.append(f"{path} deleted")
-            continue
-        current = {r.get("id", ""): r for r in rows}
-        if sorted(current) != sorted(table["rows"]) or len(rows) != len(current):
-            problems.append(f"{path}: rows added, removed or duplicated")
-            continue
-        for row_id, initial in table["rows"].items():
-            mutable = table["mutable"].get(row_id, [])
-            changed = [c for c, v in initial.items() if c not in mutable and current[row_id].get(c) != v]
-            changed += sorted(set(current[row_id]) - set(initial))  # a column added
-            if changed:
-                problems.append(f"{path} {row_id}: {', '.join(changed)} changed")
-    for path, append in spec["appends"].items():
-        text = view.read(path)
-        if text is None or not text.startswith(append["prefix"]):
-            problems.append(f"{path}: initial content {'deleted' if text is None else 'rewritten'}")
-            continue
-        added = view.records(path, append["format"])[append["initial_records"]:]
-        stray = [r.get("case_id") for r in added if r.get("case_id") not in append["allowed"]]
-        if stray:
-            problems.append(f"{path}: records for {stray} that no decision requires")
-    for folder, allowed in spec["folders"].items():
-        names = [f.removeprefix(folder + "/") for f in view.store.files() if f.startswith(folder + "/")]
-        stray = [n for n in names if n not in allowed]
-        if stray:
-            problems.append(f"{folder}: files {stray} that no decision requires")
-    return (False, "; ".join(problems)) if problems else (True, "no collateral changes")
+    changes = unrequired_changes(spec, view)
+    if changes:
+        return False, "changed where no decision required it: " + describe(changes)
+    return True, "no collateral changes"
 
 
 _OPS: dict[str, Callable[[dict, View], Result]] = {

@@ -206,29 +206,33 @@ def coupling_check(graph: CompletionGraph, domain: Domain, hyper) -> dict:
 
 
 def no_collateral_check(graph: CompletionGraph, domain: Domain, files: dict[str, str]) -> dict:
-    """Everything must stay as it was except what some decision requires to change."""
-    decisions = graph.of_kind("decision")
-    case_ids = [d.attrs["case_id"] for d in decisions]
-    realizations = [Realization.from_dict(e.attrs["realization"]) for e in graph.of_kind("effect")]
-    appended = {r.path for r in realizations if r.op in {"append_csv", "append_jsonl"}} | {REGISTER_PATH}
-    folders = {r.path.rsplit("/", 1)[0]: [] for r in realizations if r.op == "write_file"}
-    for r in realizations:
-        if r.op == "write_file":
-            folders[r.path.rsplit("/", 1)[0]].append(r.path.rsplit("/", 1)[1])
-    updates_status = any(r.op == "update_csv" for r in realizations)
-    spec = {"op": "no_collateral", "unchanged": {}, "tables": {}, "appends": {}, "folders": folders}
-    for path, text in sorted(files.items()):
-        if path in appended:
-            fmt = "jsonl" if path.endswith(".jsonl") else "csv"
+    """Everything must stay as it was except what some decision requires to change: the initial
+    files (by digest, and the rows of every table, so a change is named by its record), and every
+    required change, file by file (see :func:`interlock.synthesis.checks.unrequired_changes`, the
+    one definition of a required change that the guard and the agent judge's collateral list
+    share)."""
+    required = [register_entry(d.attrs["case_id"], d.attrs["outcome"], d.attrs["basis"])
+                for d in graph.of_kind("decision")]
+    required += [Realization.from_dict(e.attrs["realization"]) for e in graph.of_kind("effect")]
+    spec: dict = {"op": "no_collateral", "files": {path: sha(text) for path, text in sorted(files.items())},
+                  "appends": {}, "tables": {},
+                  "documents": sorted(r.path for r in required if r.op == "write_file")}
+    for r in required:
+        if r.op in {"append_csv", "append_jsonl"} and r.path not in spec["appends"]:
+            text, fmt = files.get(r.path, ""), "jsonl" if r.op == "append_jsonl" else "csv"
             initial = len(parse_jsonl(text) if fmt == "jsonl" else parse_csv(text)[1])
-            spec["appends"][path] = {"prefix": text, "format": fmt, "initial_records": initial,
-                                     "allowed": case_ids}
-        elif path == domain.case.table and updates_status:
-            rows = {n.attrs["row"]["id"]: {k: str(v) for k, v in n.attrs["row"].items()}
-                    for n in graph.of_kind("evidence") if n.subkind == "record"}
-            spec["tables"][path] = {"rows": rows, "mutable": {c: ["status"] for c in case_ids}}
-        else:
-            spec["unchanged"][path] = sha(text)
+            spec["appends"][r.path] = {"format": fmt, "prefix": text, "initial_records": initial,
+                                       "records": {}}
+    for path, text in sorted(files.items()):
+        if path.endswith(".csv") and path not in spec["appends"]:
+            header, rows = parse_csv(text)
+            spec["tables"][path] = {"key": header[0], "rows": {row[header[0]]: row for row in rows},
+                                    "mutable": {}}
+    for r in required:
+        if r.path in spec["appends"]:
+            spec["appends"][r.path]["records"][r.key] = sorted(r.fields)
+        elif r.op == "update_csv":
+            spec["tables"][r.path]["mutable"][r.key] = sorted(r.fields)
     return spec
 
 

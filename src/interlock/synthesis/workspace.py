@@ -12,11 +12,12 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from interlock.core.chat import ToolCall, ToolResult
+from interlock.core.chat import ToolCall, ToolResult, walk
 
 
 class PathRefused(ValueError):
@@ -115,12 +116,60 @@ def materialize(files: dict[str, str], root: Path | str) -> DirectoryStore:
 
 # ----------------------------------------------------------------------------- records
 
+#: the key of a record that could not be read strictly; its value says why
+MALFORMED = "__malformed__"
+#: the longest field (a CSV cell, a JSON string) a record may hold
+MAX_FIELD_CHARS = 4_096
+#: how deep a JSONL record may nest objects and lists
+MAX_RECORD_NESTING = 16
+#: characters other tools take for the end of a line; inside a JSONL record they would split it
+_LINE_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def malformed(reason: str) -> dict[str, str]:
+    return {MALFORMED: reason}
+
+
+def is_malformed(record: object) -> bool:
+    return not isinstance(record, dict) or MALFORMED in record
+
+
 def parse_csv(text: str) -> tuple[list[str], list[dict[str, str]]]:
-    rows = list(csv.reader(io.StringIO(text)))
+    """The header and rows of a CSV table, read strictly, never repaired: a row whose cell count
+    differs from the header's, a NUL byte, a cell over :data:`MAX_FIELD_CHARS`, or any row of a
+    table whose header repeats or leaves out a column name, comes back as :func:`malformed` with
+    the reason (what the csv module cannot read at all ends the table the same way). Blank lines
+    are skipped, as every CSV reader does."""
+    rows: list[list[str]] = []
+    failure = None
+    reader = csv.reader(io.StringIO(text))
+    try:
+        rows.extend(reader)
+    except csv.Error as exc:
+        failure = f"row {reader.line_num}: unreadable ({exc})"
     if not rows:
-        return [], []
+        return [], [malformed(failure)] if failure else []
     header = rows[0]
-    return header, [dict(zip(header, r + [""] * (len(header) - len(r)), strict=False)) for r in rows[1:] if r]
+    problem = (_cells_problem(header) or ("a column name repeats" if len(set(header)) < len(header) else None)
+               or ("a column has no name" if not all(name.strip() for name in header) else None))
+    records = []
+    for number, cells in enumerate(rows[1:], start=2):
+        if not cells:
+            continue
+        why = problem and f"header: {problem}" or _cells_problem(cells) or (
+            f"{len(cells)} cells under a header of {len(header)}" if len(cells) != len(header) else None)
+        records.append(malformed(f"row {number}: {why}") if why else dict(zip(header, cells, strict=True)))
+    if failure:
+        records.append(malformed(failure))
+    return header, records
+
+
+def _cells_problem(cells: list[str]) -> str | None:
+    if any("\x00" in cell for cell in cells):
+        return "a NUL byte"
+    if any(len(cell) > MAX_FIELD_CHARS for cell in cells):
+        return f"a cell over {MAX_FIELD_CHARS} characters"
+    return None
 
 
 def format_csv(header: list[str], rows: list[dict[str, object]]) -> str:
@@ -132,14 +181,47 @@ def format_csv(header: list[str], rows: list[dict[str, object]]) -> str:
 
 
 def parse_jsonl(text: str) -> list[dict]:
-    records = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            record = None
-        records.append(record if isinstance(record, dict) else {"__malformed__": line})
-    return records
+    """The records of a JSONL file, one JSON object a line (lines end at ``\\n``, a ``\\r`` before
+    it allowed), read strictly, never repaired: a line that is not one JSON object, repeats a key,
+    holds a NUL byte or another character tools take for a line break, nests deeper than
+    :data:`MAX_RECORD_NESTING` or has a string over :data:`MAX_FIELD_CHARS` comes back as
+    :func:`malformed` with the reason."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last record
+    return [_jsonl_record(line.removesuffix("\r"), number) for number, line in enumerate(lines, start=1)]
+
+
+def _jsonl_record(line: str, number: int) -> dict:
+    if "\x00" in line:
+        return malformed(f"line {number}: a NUL byte")
+    if _LINE_BREAKS.search(line):
+        return malformed(f"line {number}: a line break inside the record")
+    try:
+        record = json.loads(line, object_pairs_hook=_unique_keys)
+    except (ValueError, RecursionError) as exc:
+        return malformed(f"line {number}: not one JSON object ({str(exc)[:80]})")
+    if not isinstance(record, dict):
+        return malformed(f"line {number}: not a JSON object")
+    problem = _value_problem(record)
+    return malformed(f"line {number}: {problem}") if problem else record
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) < len(keys):
+        raise ValueError(f"a key repeats: {next(k for k in keys if keys.count(k) > 1)!r}")
+    return dict(pairs)
+
+
+def _value_problem(value: object) -> str | None:
+    """Why a parsed JSON value is not a record one may read (too deep, a string too long)."""
+    for item, depth in walk(value):
+        if depth > MAX_RECORD_NESTING:
+            return f"nested deeper than {MAX_RECORD_NESTING} levels"
+        if isinstance(item, str) and len(item) > MAX_FIELD_CHARS:
+            return f"a string over {MAX_FIELD_CHARS} characters"
+    return None
 
 
 # ----------------------------------------------------------------------------- tools
@@ -193,6 +275,8 @@ def execute(store: Store, call: ToolCall) -> ToolResult:
     except (OSError, ValueError) as exc:  # what the disk refuses: a folder, a file in the way, bad text
         reason = getattr(exc, "strerror", None) or exc
         return ToolResult(False, f"error: cannot {call.name} {args.get('path')!r}: {reason}")
+    except RecursionError:
+        return ToolResult(False, f"error: an argument of {call.name} is nested too deeply")
 
 
 def _list_files(store: Store, path: str = ".") -> ToolResult:
@@ -219,11 +303,13 @@ def _append_record(store: Store, path: str, record: dict) -> ToolResult:
         return ToolResult(False, f"error: no such file {path!r}")
     if path.endswith(".jsonl"):
         prefix = text if not text or text.endswith("\n") else text + "\n"
-        store.write(path, prefix + json.dumps(record, ensure_ascii=False) + "\n")
+        store.write(path, prefix + jsonl_line(record) + "\n")
         return ToolResult(True, f"appended a record to {clean_path(path)}")
     if not path.endswith(".csv"):
         return ToolResult(False, "error: append_record works on .csv and .jsonl files")
     header, rows = parse_csv(text)
+    if refused := _malformed_table(path, rows):
+        return refused
     unknown = [key for key in record if key not in header]
     if unknown:
         return ToolResult(False, f"error: unknown column(s) {', '.join(map(repr, unknown))}; the "
@@ -239,6 +325,8 @@ def _update_record(store: Store, path: str, id: str, fields: dict) -> ToolResult
     if not path.endswith(".csv"):
         return ToolResult(False, "error: update_record works on .csv files")
     header, rows = parse_csv(text)
+    if refused := _malformed_table(path, rows):
+        return refused
     unknown = [key for key in fields if key not in header]
     if unknown or not header:
         return ToolResult(False, f"error: unknown column(s) {', '.join(map(repr, unknown))}; the "
@@ -250,6 +338,22 @@ def _update_record(store: Store, path: str, id: str, fields: dict) -> ToolResult
         row.update({k: cell_text(v) for k, v in fields.items()})
     store.write(path, format_csv(header, rows))
     return ToolResult(True, f"updated {id} in {clean_path(path)}")
+
+
+def _malformed_table(path: str, rows: list[dict]) -> ToolResult | None:
+    """The record tools rewrite a whole table: on one they cannot read strictly they refuse
+    rather than repair it."""
+    bad = next((row[MALFORMED] for row in rows if is_malformed(row)), None)
+    if bad is None:
+        return None
+    return ToolResult(False, f"error: {clean_path(path)} has a malformed row ({bad}); rewrite the "
+                             "table with write_file")
+
+
+def jsonl_line(record: dict) -> str:
+    """A record as one JSONL line: non-ASCII text kept, but every character other tools take for
+    a line break escaped, so the line holds exactly one record."""
+    return _LINE_BREAKS.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(record, ensure_ascii=False))
 
 
 def _submit(store: Store) -> ToolResult:
