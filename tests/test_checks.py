@@ -30,7 +30,7 @@ from interlock.synthesis.kinds.couplings import COUPLING_KINDS
 from interlock.synthesis.kinds.effects import REGISTER_PATH, Realization, document_text
 from interlock.synthesis.oracle import replay
 from interlock.synthesis.stage import build_pack
-from interlock.synthesis.workspace import MemoryStore, execute, format_csv, materialize
+from interlock.synthesis.workspace import MemoryStore, execute, format_csv, jsonl_line, materialize, parse_csv
 
 CASES = "id,employee,amount,status\nC-1,Ana Okafor,420,pending\nC-2,Ben Moreau,150,pending\n" \
         "C-0,Old Case,99,closed\n"
@@ -573,3 +573,43 @@ def test_document_effects_of_a_real_pack(catalog) -> None:
     stray = MemoryStore({**final.contents, f"{folder}/ZZ-0000.md": "Case: ZZ-0000\n"})
     passed, evidence = run_check(pack.checks[guard.criterion_id], View(stray))
     assert not passed and "ZZ-0000.md" in evidence
+
+
+def test_a_coupling_holds_over_what_was_realized(tasks) -> None:
+    """The register must agree with the effects: a payment (posting, entry) written for a member
+    the register defers, or a record carrying another amount or value than the recorded outcome's,
+    fails the coupling criterion even where the register alone obeys the constraint."""
+    extra = changed = 0
+    for _, _, _, pack in tasks:
+        final = _oracle(pack)
+        recorded = {r["case_id"]: r["outcome"] for r in View(final).records(REGISTER_PATH, "csv")}
+        for criterion in (c for c in pack.rubric if c.kind == "coupling"):
+            spec = pack.checks[criterion.criterion_id]
+            assert run_check(spec, View(final))[0]
+            for case_id, effects in spec["effects"].items():
+                for path, effect in effects.items():
+                    expected = effect["by_outcome"][recorded[case_id]]
+                    rows = View(final).records(path, effect["format"])
+                    if expected is None:  # its outcome writes nothing here: write what another's does
+                        template = next((r for r in rows if r.get("case_id")), None)
+                        if template is None:
+                            continue
+                        damaged = _rewritten(final, path, effect, [*rows, {**template, "case_id": case_id}])
+                        extra += 1
+                    else:  # its record carries another amount or value than its outcome's
+                        field, key = next(iter(expected)), effect["key"]
+                        rows = [{**r, field: r[field] + "9"} if same(r.get(effect["key_field"]), key)
+                                else r for r in rows]
+                        damaged = _rewritten(final, path, effect, rows)
+                        changed += 1
+                    passed, evidence = run_check(spec, View(damaged))
+                    assert not passed and f"{case_id} is recorded as" in evidence and path in evidence
+    assert extra and changed
+
+
+def _rewritten(final: MemoryStore, path: str, effect: dict, rows: list[dict]) -> MemoryStore:
+    if effect["format"] == "jsonl":
+        text = "".join(jsonl_line(r) + "\n" for r in rows)
+    else:
+        text = format_csv(parse_csv(final.read(path))[0], rows)
+    return MemoryStore({**final.contents, path: text})

@@ -114,6 +114,8 @@ def _document(spec: dict, view: View) -> Result:
 
 
 def _coupling(spec: dict, view: View) -> Result:
+    """The constraint holds over the outcomes the register records, and every member's effects
+    agree with its recorded outcome (so it holds over what was realized too)."""
     records = view.records(spec["path"], "csv")
     if failed := _unreadable(spec["path"], records):
         return failed
@@ -124,15 +126,40 @@ def _coupling(spec: dict, view: View) -> Result:
             return False, f"{len(rows)} decisions recorded for member {case_id}"
         value = rows[0].get("outcome", "")
         if same(value, spec["fallback"]):
-            outcomes.append(Outcome(spec["fallback"], fallback=True))
-            continue
-        match = next((v for v in allowed if same(value, v)), None)
-        if match is None:
-            return False, f"{case_id}: outcome {value!r} is not one the policy allows"
-        outcomes.append(Outcome(match, allowed[match]))
+            outcome = Outcome(spec["fallback"], fallback=True)
+        else:
+            match = next((v for v in allowed if same(value, v)), None)
+            if match is None:
+                return False, f"{case_id}: outcome {value!r} is not one the policy allows"
+            outcome = Outcome(match, allowed[match])
+        realized = spec.get("effects", {}).get(case_id, {})
+        if disagreement := _realized_disagrees(case_id, outcome.value, realized, view):
+            return False, disagreement
+        outcomes.append(outcome)
     if not COUPLING_KINDS[spec["kind"]].holds(outcomes, spec["rule"]):
         return False, f"{spec['kind']} violated: " + ", ".join(o.value for o in outcomes)
-    return True, f"{spec['kind']} holds over {len(outcomes)} decisions"
+    return True, f"{spec['kind']} holds over {len(outcomes)} decisions and what they realized"
+
+
+def _realized_disagrees(case_id: str, outcome: str, effects: dict, view: View) -> str | None:
+    """Why what a member's effects wrote asserts another outcome than its recorded one: a record
+    that outcome does not write (a payment beside "deferred"), or one that carries another value
+    or amount. An effect not written asserts nothing: that is its own criterion's failure."""
+    for path, effect in effects.items():
+        records = view.records(path, effect["format"])
+        if failed := _unreadable(path, records):
+            return failed[1]
+        written = [r for r in records if same(r.get(effect["key_field"], ""), effect["key"])
+                   and not (effect["initial"] and all(r.get(f) == v for f, v in effect["initial"].items()))]
+        expected = effect["by_outcome"].get(outcome)
+        if expected is None and written:
+            return (f"{case_id} is recorded as {outcome!r}, which writes nothing to {path}, but it "
+                    f"holds a record")
+        for record in written if expected else ():
+            wrong = [f"{f}={record.get(f)!r}" for f, v in expected.items() if not same(record.get(f, ""), v)]
+            if wrong:
+                return f"{case_id} is recorded as {outcome!r}, but {path} has {', '.join(wrong)}"
+    return None
 
 
 #: collateral changes a guard's evidence names (the rest are counted)

@@ -23,6 +23,7 @@ from interlock.synthesis.kinds.effects import (
     REGISTER_COLUMNS,
     REGISTER_PATH,
     Realization,
+    realizations,
     register_entry,
 )
 from interlock.synthesis.text import Template
@@ -192,17 +193,45 @@ def scripted_rubric(graph: CompletionGraph, domain: Domain,
 
 
 def coupling_check(graph: CompletionGraph, domain: Domain, hyper) -> dict:
+    """A joint constraint over the outcomes the register records, and over what was realized: for
+    each member and each outcome it may have, what its effects write (``effects``: file -> outcome
+    -> the fields that carry the outcome, or None where that outcome writes no record there), so a
+    register that says "deferred" beside a payment that was made anyway fails."""
     kind = DECISION_KINDS[domain.decision.kind]
     rule = graph.clause(RULE_CLAUSE).attrs["rule"]
-    members = {}
+    members, effects = {}, {}
     for member in hyper.members:
         decision = graph.by_id[member]
+        case_id = decision.attrs["case_id"]
         row = next(n.attrs["row"] for n in graph.sources(member, "grounding") if n.subkind == "record")
         options = [n.attrs["row"] for n in graph.sources(member, "grounding") if n.subkind == "option"]
-        members[decision.attrs["case_id"]] = {
-            o.value: o.amount for o in kind.alternatives(row, rule, options) if not o.fallback}
+        alternatives = kind.alternatives(row, rule, options)
+        members[case_id] = {o.value: o.amount for o in alternatives if not o.fallback}
+        effects[case_id] = realized_by_outcome(domain, graph.effects_per_decision, row, alternatives,
+                                               decision.attrs["basis"])
     return {"op": "coupling", "path": REGISTER_PATH, "kind": hyper.kind, "rule": hyper.params,
-            "fallback": domain.decision.fallback, "members": members}
+            "fallback": domain.decision.fallback, "members": members, "effects": effects}
+
+
+def realized_by_outcome(domain: Domain, effects_per_decision: int, row: dict, alternatives: list,
+                        basis: str) -> dict:
+    """For one case: each record file its effects write -> each outcome -> the fields that carry
+    the outcome there (its value or its amount; None: that outcome writes no record there).
+    Documents are left to their own criteria."""
+    effects: dict = {}
+    for outcome in alternatives:
+        carried = {str(outcome.value), str(outcome.amount)}
+        for _, r in realizations(domain, effects_per_decision, row, outcome, basis):
+            if r.op == "write_file":
+                continue
+            effect = effects.setdefault(r.path, {
+                "format": "jsonl" if r.op == "append_jsonl" else "csv",
+                "key_field": "id" if r.op == "update_csv" else "case_id", "key": r.key,
+                "by_outcome": dict.fromkeys((o.value for o in alternatives), None),
+                # a row edited in place asserts nothing while it still holds its initial values
+                "initial": {f: str(row[f]) for f in r.fields} if r.op == "update_csv" else None})
+            effect["by_outcome"][outcome.value] = {f: v for f, v in r.fields.items() if str(v) in carried}
+    return effects
 
 
 def no_collateral_check(graph: CompletionGraph, domain: Domain, files: dict[str, str]) -> dict:
