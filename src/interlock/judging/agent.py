@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interlock.core.backend import ChatBackend
+from interlock.core.errors import InterlockError
 from interlock.core.io import dumps
 from interlock.judging.inspection import JUDGE_TOOLS, InspectionEnvironment, review_verdict
 from interlock.judging.sandbox import DEFAULT_LIMITS, Limits, SandboxPool, scratch_base
@@ -48,7 +49,14 @@ def collateral(pack: TaskPack, store: Store) -> list[dict]:
     non-empty list always means a failed guard); none where the pack has no guard."""
     guard = next((c for c in pack.rubric if c.guard), None)
     spec = pack.checks.get(guard.criterion_id) if guard else None
-    return unrequired_changes(spec, View(store)) if spec and spec.get("op") == "no_collateral" else []
+    if not spec or spec.get("op") != "no_collateral":
+        return []
+    try:
+        return unrequired_changes(spec, View(store))
+    except KeyError as exc:
+        raise InterlockError(f"the guard's check has no {exc} (the pack was compiled by another version "
+                             f"of interlock: run `dvc repro packs`)", item=pack.task_id,
+                             field=guard.criterion_id) from None
 
 
 # ----------------------------------------------------------------------------- the copy
