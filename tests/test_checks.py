@@ -19,7 +19,9 @@ from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.checks import (
     View,
     describe,
+    keyed,
     realization_check,
+    row_key,
     run_check,
     same,
     sha,
@@ -448,6 +450,40 @@ def test_the_guard_and_the_collateral_list_are_one_definition(view_of) -> None:
     assert unrequired_changes(NO_COLLATERAL, view_of(_apply(FILES, *WORK))) == []
 
 
+# ----------------------------------------------------------------------------- tables of repeated values
+
+#: quotes: the first column repeats (two from Acme), and so may every column but id
+QUOTES = "vendor,case_id,cost,id\nAcme,C-1,100,Q-1\nAcme,C-2,120,Q-2\nBeta,C-1,90,Q-3\n"
+
+
+def _table_guard(path: str, text: str) -> dict:
+    """A no_collateral spec over one table, keyed as compiled (see row_key)."""
+    header, rows = parse_csv(text)
+    key = row_key(header, rows)
+    return {"op": "no_collateral", "files": {path: sha(text)}, "appends": {}, "documents": [],
+            "tables": {path: {"key": key, "rows": {keyed(r, n, key): r for n, r in enumerate(rows, start=2)},
+                              "mutable": {}}}}
+
+
+def test_a_table_is_named_by_a_column_whose_values_are_unique() -> None:
+    assert row_key(*parse_csv(QUOTES)) == "id"
+    assert row_key(*parse_csv("vendor,id,code\nAcme,Q-1,x\nAcme,Q-1,y\n")) == "code"
+    assert row_key(*parse_csv("vendor,cost\nAcme,1\nAcme,1\n")) is None
+
+
+@pytest.mark.parametrize("text", [QUOTES, "vendor,cost\nAcme,1\nAcme,1\nBeta,2\n"])
+def test_no_collateral_over_a_table_of_repeated_values(view_of, text: str) -> None:
+    spec = _table_guard("quotes.csv", text)
+    assert run_check(spec, view_of({"quotes.csv": text})) == (True, "no collateral changes")
+    header, rows = parse_csv(text)
+    rows[1] = {**rows[1], "cost": "7"}
+    changed = unrequired_changes(spec, view_of({"quotes.csv": format_csv(header, rows)}))
+    assert [(c["record"], c["reason"]) for c in changed] == [
+        ("Q-2" if "id" in header else "row 3", "cost changed, which no decision requires")]
+    duplicated = unrequired_changes(spec, view_of({"quotes.csv": text + text.splitlines()[-1] + "\n"}))
+    assert duplicated and all(c["file"] == "quotes.csv" for c in duplicated)
+
+
 # ----------------------------------------------------------------------------- controls on real packs
 
 def _calls_of(pack) -> list[ToolCall]:
@@ -549,9 +585,10 @@ def test_collateral_damage_to_real_packs_is_caught(tasks) -> None:
         for path, table in spec["tables"].items():
             row_id, row = next(iter(table["rows"].items()))
             column = next(c for c in row if c not in table["mutable"].get(row_id, []) and c != "id")
-            damaged = MemoryStore(final.contents)
-            assert execute(damaged, ToolCall("update_record", {"path": path, "id": row_id,
-                                                                "fields": {column: row[column] + "9"}})).ok
+            header, rows = parse_csv(final.contents[path])
+            rows = [{**r, column: r[column] + "9"} if keyed(r, n, table["key"]) == row_id else r
+                    for n, r in enumerate(rows, start=2)]
+            damaged = MemoryStore({**final.contents, path: format_csv(header, rows)})
             passed, evidence = run_check(spec, View(damaged))
             assert not passed and f"{path} {row_id} ({column} changed" in evidence
 

@@ -27,6 +27,12 @@ def dumps(value: object, *, sort_keys: bool = True) -> str:
     return json.dumps(value, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False)
 
 
+def canonical(value: object) -> object:
+    """``value`` as its canonical JSON reads back (keys sorted at every level): what a record
+    stored through :func:`dumps` will be, so code given it behaves the same before and after."""
+    return json.loads(dumps(value))
+
+
 def fingerprint(*parts: object) -> str:
     """A short hash of JSON-able parts: names a run's configuration (work folders are reused only
     while it is the same)."""

@@ -223,15 +223,31 @@ def _appended(path: str, target: dict, text: str, records: list[dict], flag) -> 
             flag(path, case, f"a second record for {case!r}")
 
 
+def row_key(header: list[str], rows: list[dict]) -> str | None:
+    """The column that names a table's rows: ``id`` where its values are unique, else the first
+    column whose values are, else None (rows are named by their line number, so a table of
+    repeated values still names each change by its record)."""
+    for column in sorted(header, key=lambda c: c != "id"):
+        if len({row.get(column) for row in rows}) == len(rows):
+            return column
+    return None
+
+
+def keyed(row: dict, number: int, key: str | None) -> str:
+    """A row's name in a table keyed by ``key`` (see :func:`row_key`); ``number`` is its line."""
+    return f"row {number}" if key is None else row.get(key, "")
+
+
 def _updated(path: str, table: dict, rows: list[dict], flag) -> None:
     current: dict[str, dict] = {}
     for number, row in enumerate(rows, start=2):
+        name = keyed(row, number, table["key"])
         if is_malformed(row):
             flag(path, f"row {number}", f"malformed record ({row.get(MALFORMED)})")
-        elif row.get(table["key"], "") in current:
-            flag(path, row.get(table["key"], ""), "a second row with this key")
+        elif name in current:
+            flag(path, name, "a second row with this key")
         else:
-            current[row.get(table["key"], "")] = row
+            current[name] = row
     for row_id in sorted(set(current) - set(table["rows"])):
         flag(path, row_id, "a row no decision requires was added")
     for row_id, initial in table["rows"].items():

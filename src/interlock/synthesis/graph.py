@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from interlock.core.errors import InterlockError
-from interlock.core.io import dumps, loads
+from interlock.core.io import canonical, dumps, loads
 from interlock.synthesis.blueprints import Blueprint
 from interlock.synthesis.catalog import Domain
 from interlock.synthesis.kinds.couplings import COUPLING_KINDS, Constraint, resolve
@@ -154,8 +154,9 @@ def build_graph(blueprint: Blueprint, domain: Domain) -> CompletionGraph:
         return f"{prefix}{counter[prefix]}"
 
     def add_node(kind_: str, subkind: str, ref: str, label: str, attrs: dict, distractor=False) -> str:
+        # attrs in canonical order: the graph built here is the graph read back from its rows
         node_id = new_id({"evidence": "E", "decision": "D", "effect": "F"}[kind_])
-        nodes.append(Node(node_id, kind_, subkind, ref, label, attrs, distractor))
+        nodes.append(Node(node_id, kind_, subkind, ref, label, canonical(attrs), distractor))
         return node_id
 
     def add_edge(kind_: str, source: str, target: str) -> None:
@@ -223,7 +224,7 @@ def build_graph(blueprint: Blueprint, domain: Domain) -> CompletionGraph:
             add_edge("realization", decision_id, effect_id)
 
     hyperedges = [
-        Hyperedge(f"H{i}", c.kind, clause_node[g["group"]], c.rule,
+        Hyperedge(f"H{i}", c.kind, clause_node[g["group"]], canonical(c.rule),
                   tuple(decision_node[m] for m in c.members))
         for i, (g, c) in enumerate(zip(blueprint.groups, constraints, strict=True), start=1)]
     return CompletionGraph(blueprint.task_id, blueprint.domain_id, blueprint.pool,

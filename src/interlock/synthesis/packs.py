@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from interlock.core.errors import InterlockError
 from interlock.core.io import dumps, loads
 from interlock.synthesis.catalog import Domain
-from interlock.synthesis.checks import realization_check, sha
+from interlock.synthesis.checks import keyed, realization_check, row_key, sha
 from interlock.synthesis.graph import RULE_CLAUSE, CompletionGraph, Node
 from interlock.synthesis.kinds.decisions import DECISION_KINDS
 from interlock.synthesis.kinds.effects import (
@@ -255,13 +256,20 @@ def no_collateral_check(graph: CompletionGraph, domain: Domain, files: dict[str,
     for path, text in sorted(files.items()):
         if path.endswith(".csv") and path not in spec["appends"]:
             header, rows = parse_csv(text)
-            spec["tables"][path] = {"key": header[0], "rows": {row[header[0]]: row for row in rows},
+            key = row_key(header, rows)
+            spec["tables"][path] = {"key": key, "rows": {keyed(row, number, key): row
+                                                         for number, row in enumerate(rows, start=2)},
                                     "mutable": {}}
     for r in required:
         if r.path in spec["appends"]:
             spec["appends"][r.path]["records"][r.key] = sorted(r.fields)
         elif r.op == "update_csv":
-            spec["tables"][r.path]["mutable"][r.key] = sorted(r.fields)
+            table = spec["tables"][r.path]
+            row = next((k for k, row in table["rows"].items() if row.get("id") == r.key), None)
+            if row is None:
+                raise InterlockError(f"an effect updates row id={r.key!r}, which the table does not hold",
+                                     file=r.path, item=graph.task_id, field="realization")
+            table["mutable"][row] = sorted(r.fields)
     return spec
 
 
