@@ -22,9 +22,12 @@ test: venv-dev
 # dependencies pin an old numpy and bring API clients, faiss and sentence-transformers, while its
 # multi-turn checker and simulated APIs need only the standard library plus mpmath (pinned in
 # constraints.txt; torch's sympy brings it).
+# The last step probes whether this machine can build the sandbox boundary for model-written
+# checks and records the answer in the venv (docs/judging.md); it never fails the set-up.
 venv venv-dev:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -c constraints.txt -e '.$(EXTRAS)'
 	$(BIN)/python -m pip install --no-deps bfcl-eval==2026.3.23
+	$(BIN)/python -m interlock.judging.sandbox
 
 venv-dev: EXTRAS = [dev]

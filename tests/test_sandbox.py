@@ -2,7 +2,9 @@
 
 Every hostile script runs in a fresh process with tight limits; the test asserts the script
 failed, what it tried did not happen (no file outside its workspace, no connection received,
-no secret in its output), and the parent carries on.
+no secret in its output), and the parent carries on. Scripts run behind the operating-system
+boundary (``test_boundary.py`` tries every route out of it); where this machine has none, a test
+that runs scripts asserts they are refused and stops there.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import pytest
 from interlock.judging.sandbox import Limits, SandboxPool, minimal_env, run_script
 from interlock.synthesis.workspace import materialize
 
+from helpers.boundary import require_boundary
+
 FILES = {"out/decisions.csv": "case_id,outcome,basis\nC-1,approved,P-1\n",
          "cases.csv": "id,amount\nC-1,420\n"}
 RECORD = {"op": "record", "path": "out/decisions.csv", "format": "csv", "key_field": "case_id",
@@ -29,6 +33,11 @@ SECRET = "INTERLOCK_TEST_SECRET"
 def workspace(tmp_path: Path) -> Path:
     materialize(FILES, tmp_path / "ws")
     return tmp_path / "ws"
+
+
+@pytest.fixture
+def bounded(workspace: Path) -> None:
+    require_boundary(workspace)
 
 
 @pytest.fixture(scope="module")
@@ -76,18 +85,21 @@ def test_the_environment_is_minimal(tmp_path: Path, monkeypatch) -> None:
     assert env["HOME"].startswith(str(tmp_path)) and env["TMPDIR"].startswith(str(tmp_path))
 
 
+@pytest.mark.usefixtures("bounded")
 def test_a_script_that_checks_passes(workspace: Path, network_isolation: str) -> None:
     code = ("import csv\nrows = list(csv.DictReader(open('out/decisions.csv')))\n"
             "assert rows[0]['outcome'] == 'approved'\nprint('checked', len(rows))\n")
     result = run_script(code, workspace, TIGHT)
     assert result.passed and result.reason == "passed" and "checked 1" in result.output
     assert "rlimits" in result.isolation and "audit-hook" in result.isolation
+    assert result.isolation[0].startswith("namespaces") and "no-new-privs" in result.isolation
     assert [i.split(" ")[0] for i in result.isolation if i.startswith(("netns", "sockets"))] == [
         network_isolation]
     failing = run_script("assert False, 'outcome is wrong'", workspace, TIGHT)
     assert not failing.passed and "outcome is wrong" in failing.output
 
 
+@pytest.mark.usefixtures("bounded")
 def test_a_script_cannot_reach_the_network(workspace: Path) -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -106,6 +118,7 @@ def test_a_script_cannot_reach_the_network(workspace: Path) -> None:
         server.close()
 
 
+@pytest.mark.usefixtures("bounded")
 def test_a_script_cannot_write_outside_its_workspace(workspace: Path, tmp_path: Path) -> None:
     target = tmp_path / "escaped.txt"
     for code in (f"open({str(target)!r}, 'w').write('x')\n",
@@ -125,6 +138,7 @@ def test_a_script_cannot_write_outside_its_workspace(workspace: Path, tmp_path: 
     assert not (workspace / "note.txt").exists()
 
 
+@pytest.mark.usefixtures("bounded")
 def test_a_script_that_sleeps_or_spins_is_stopped(workspace: Path) -> None:
     start = time.perf_counter()
     asleep = run_script("import time\ntime.sleep(600)\n", workspace, TIGHT)
@@ -134,12 +148,14 @@ def test_a_script_that_sleeps_or_spins_is_stopped(workspace: Path) -> None:
     assert time.perf_counter() - start < 4 * TIGHT.wall_seconds
 
 
+@pytest.mark.usefixtures("bounded")
 def test_a_script_cannot_allocate_4_gb(workspace: Path) -> None:
     result = run_script("data = bytearray(4 * 1024 ** 3)\nprint(len(data))\n", workspace, TIGHT)
     assert not result.passed and "memory" in result.reason
     assert "4294967296" not in result.output
 
 
+@pytest.mark.usefixtures("bounded")
 def test_a_script_sees_none_of_the_parents_secrets(workspace: Path, monkeypatch) -> None:
     monkeypatch.setenv(SECRET, "s3cr3t-value")
     for code in ("import os\nprint(dict(os.environ))\nassert os.environ.get(" + repr(SECRET) + ")\n",
@@ -150,6 +166,7 @@ def test_a_script_sees_none_of_the_parents_secrets(workspace: Path, monkeypatch)
         assert "s3cr3t-value" not in result.output
 
 
+@pytest.mark.usefixtures("bounded")
 def test_a_flooding_script_is_clipped(workspace: Path) -> None:
     result = run_script("import sys\nsys.stdout.write('x' * 50_000_000)\n", workspace, TIGHT)
     assert len(result.output) <= TIGHT.output_chars + 100
@@ -167,6 +184,7 @@ def test_a_dead_or_hung_worker_is_replaced(workspace: Path) -> None:
         assert small.restarts == 2
 
 
+@pytest.mark.usefixtures("bounded")
 def test_a_script_cannot_read_the_project(workspace: Path) -> None:
     project_file = Path(__file__).resolve()
     result = run_script(f"print(open({str(project_file)!r}).read())\n", workspace, TIGHT)
@@ -174,13 +192,16 @@ def test_a_script_cannot_read_the_project(workspace: Path) -> None:
 
 
 def test_without_a_network_namespace_sockets_are_disabled(workspace: Path, monkeypatch) -> None:
+    """Workers fall back to disabled sockets; a script's network namespace is part of its
+    boundary, never given up."""
     from interlock.judging import sandbox
 
     monkeypatch.setattr(sandbox, "USE_NETNS", False)
     with SandboxPool(1) as fallback:
         assert fallback.network.startswith("sockets-disabled")
         assert fallback.run([(workspace, [RECORD])])[0][0].passed
+    require_boundary(workspace)
     result = run_script("import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)\n",
                         workspace, TIGHT)
     assert not result.passed
-    assert any(layer.startswith("sockets-disabled") for layer in result.isolation)
+    assert "netns" in result.isolation

@@ -1,13 +1,27 @@
 """The sandboxed child process. Standard library only, run as a script (``python -I _child.py``).
 
-Before it reads a job it limits itself (CPU, address space, file size, no core dumps), leaves
-the network (a new, empty network namespace; where the kernel refuses, sockets are disabled),
-and installs an audit hook that cannot be removed: no subprocesses, no ctypes, no sockets,
-writes only under its scratch folder and, for model-written scripts, reads only there and in the
-interpreter's own library. Where it runs as root and the interpreter is readable by everyone,
-a script also drops to the unprivileged ``nobody`` user. The parent gives it a minimal
-environment, and sends every job (check specs, script code) over stdin, never through a file
-the agent could have written.
+Before it runs anything it was sent, it limits itself (CPU, address space, file size, no core
+dumps) and installs an audit hook that cannot be removed: no subprocesses, no ctypes, no
+sockets, writes only where it may write. The parent gives it a minimal environment, and sends
+every job (check specs, script code) over stdin, never through a file the agent could have
+written.
+
+A compiled-check worker runs our own code: it leaves the network (a new, empty network
+namespace; where the kernel refuses, sockets are disabled) and reads only through a confined
+store. A model-written script runs behind an operating-system boundary first, since the audit
+hook alone is not one (a file opened relative to a directory handle escapes it; so does
+anything the hook does not name). :func:`enter_boundary` gives the script new mount, PID,
+network, IPC and UTS namespaces whose root is an empty, read-only file system holding only the
+interpreter and its virtual environment (read-only), the C libraries its extension modules
+load, four harmless devices, its copy of the workspace at ``/workspace`` and an empty ``/tmp``
+(both small memory-backed file systems: the copy's own size plus ``scratch_mb`` each). The old
+root is detached (``pivot_root``), not merely hidden, and there is no ``/proc``. The script
+itself runs as PID 2 of its namespace under a minimal init (so it can signal nothing outside,
+and dies with it), as the unprivileged ``nobody`` with no capabilities and ``no_new_privs``:
+started as root, the child drops to ``nobody`` outright; started by any other user, it also
+takes a user namespace of its own that maps ``nobody`` inside to that user outside. Where the
+kernel refuses any step, the script does not run: the child reports why and exits with
+:data:`REFUSED`.
 
 Modes:
 
@@ -15,9 +29,12 @@ Modes:
   closes. The checks come from the checkout this file lies in, not from the installed package.
   A job is ``{"root", "specs", "cpu_seconds"}``; the answer ``{"results": [[passed, evidence,
   seconds], ...]}``.
-- ``script``: read one ``{"code", "workspace", "scratch", "read_roots", "drop_uid"}`` message,
-  write an isolation report (one JSON line) to stdout, then run the code with stdout and stderr
-  going to the log file the parent opened as stderr. Exit status 0 means the check passed.
+- ``script``: read one ``{"code", "source", "root", "mounts", "read_roots", "scratch_mb",
+  "audit_hook", "user_namespace"}`` message, build the boundary (``root`` is an empty folder to
+  build it on, ``source`` the workspace to copy), write an isolation report (one JSON line;
+  ``{"refused": why}`` when the boundary could not be built) to stdout, then run the code with
+  stdout and stderr going to the log file the parent opened as stderr. Exit status 0 means the
+  check passed.
 """
 
 from __future__ import annotations
@@ -33,8 +50,24 @@ import time
 
 #: the folder holding the ``interlock`` package this file belongs to (the checkout's ``src``)
 LIBRARY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CLONE_NEWNET = 0x40000000
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+#: mount flags a read-only remount must keep (a user namespace may not clear locked ones)
+_KEPT_MOUNT_FLAGS = (os.ST_NOSUID | os.ST_NODEV | os.ST_NOEXEC | os.ST_NOATIME | os.ST_NODIRATIME
+                     | os.ST_RELATIME)
+MNT_DETACH = 0x2
+PR_SET_NO_NEW_PRIVS = 38
+_CAPABILITY_VERSION_3 = 0x20080522
+#: ``pivot_root`` has no C library wrapper: its system call number, by machine
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 NOBODY = 65534
+#: where a script finds its copy of the workspace, and the one other folder it may write
+WORKSPACE, TMP = "/workspace", "/tmp"
+DEVICES = ("null", "zero", "random", "urandom")
+#: the exit status of a script child that refused to run the code (no boundary)
+REFUSED = 3
 _HEADER = struct.Struct(">Q")
 
 #: events refused outright, whatever their arguments
@@ -124,18 +157,174 @@ def leave_network(try_namespace: bool = True) -> str:
     return f"sockets-disabled (unshare refused: {reason})"
 
 
-def drop_privileges(paths: list[str]) -> str | None:
-    """As root: hand ``paths`` to ``nobody`` and become ``nobody``. None when not root."""
-    if os.geteuid() != 0:
-        return None
-    for path in paths:
-        for folder, dirs, names in os.walk(path):
-            for name in [folder, *(os.path.join(folder, n) for n in dirs + names)]:
-                os.lchown(name, NOBODY, NOBODY)
-    os.setgroups([])
-    os.setgid(NOBODY)
-    os.setuid(NOBODY)
-    return f"uid {NOBODY}"
+class Kernel:
+    """The system calls the boundary needs that ``os`` lacks (Python 3.11), through the C
+    library; every failure raises :class:`OSError` with the call's name."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        self.ctypes = ctypes
+        self.libc = ctypes.CDLL(None, use_errno=True)
+
+    def _call(self, name: str, *args) -> None:
+        if getattr(self.libc, name)(*args) == -1:
+            errno = self.ctypes.get_errno()
+            raise OSError(errno, f"{name}: {os.strerror(errno)}")
+
+    @staticmethod
+    def _path(value: str | None) -> bytes | None:
+        return None if value is None else os.fsencode(value)
+
+    def unshare(self, flags: int) -> None:
+        self._call("unshare", self.ctypes.c_int(flags))
+
+    def mount(self, source: str | None, target: str, fstype: str | None, flags: int,
+              data: str | None = None) -> None:
+        self._call("mount", self._path(source), self._path(target), self._path(fstype),
+                   self.ctypes.c_ulong(flags), self._path(data))
+
+    def pivot_root(self, new_root: str) -> None:
+        """Make ``new_root`` the root and detach the old one entirely (a ``chroot`` would only
+        hide it: still mounted, one escape away)."""
+        number = SYS_PIVOT_ROOT.get(os.uname().machine)
+        if number is None:
+            raise OSError(f"pivot_root: no system call number known for {os.uname().machine}")
+        os.chdir(new_root)
+        self._call("syscall", self.ctypes.c_long(number), b".", b".")
+        self._call("umount2", b".", self.ctypes.c_int(MNT_DETACH))
+        os.chdir("/")
+
+    def sethostname(self, name: str) -> None:
+        self._call("sethostname", name.encode(), self.ctypes.c_size_t(len(name)))
+
+    def drop_capabilities(self) -> None:
+        """No capabilities left, in any set (what the creator of a user namespace holds there)."""
+        header = (self.ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+        self._call("capset", header, (self.ctypes.c_uint32 * 6)())
+
+    def no_new_privs(self) -> None:
+        self._call("prctl", self.ctypes.c_int(PR_SET_NO_NEW_PRIVS), self.ctypes.c_ulong(1),
+                   self.ctypes.c_ulong(0), self.ctypes.c_ulong(0), self.ctypes.c_ulong(0))
+
+
+def _maps(uid: int) -> bool:
+    """Whether ``uid`` exists in this process's user namespace."""
+    with open("/proc/self/uid_map") as handle:
+        for line in handle:
+            inside, _, count = (int(field) for field in line.split())
+            if inside <= uid < inside + count:
+                return True
+    return False
+
+
+def _tree_bytes(folder: str) -> int:
+    """What a copy of ``folder`` takes on a memory file system: whole pages per entry."""
+    total = 0
+    for parent, dirs, names in os.walk(folder):
+        for name in dirs + names:
+            total += -(-os.lstat(os.path.join(parent, name)).st_size // 4096) * 4096 or 4096
+    return total
+
+
+def _bind_readonly(kernel: Kernel, source: str, target: str, extra: int) -> None:
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "w").close()  # noqa: SIM115 - an empty file to mount over
+    kernel.mount(source, target, None, MS_BIND)  # not recursive: nothing mounted beneath shows
+    kept = os.statvfs(target).f_flag & _KEPT_MOUNT_FLAGS
+    kernel.mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | extra | kept)
+
+
+def enter_boundary(kernel: Kernel, job: dict) -> tuple[bool, list[str]]:
+    """Move this process into the script's namespaces and root (see the module docstring).
+
+    Returns whether it took a user namespace, and the layers for the report. Its children are
+    in the new PID namespace, this process not. Raises :class:`OSError` where the kernel refuses
+    a step."""
+    import shutil
+
+    uid, gid = os.geteuid(), os.getegid()
+    userns = job.get("user_namespace")
+    if userns is None:
+        userns = not (uid == 0 and _maps(NOBODY))
+    kernel.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+                   | (CLONE_NEWUSER if userns else 0))
+    if userns:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{NOBODY} {uid} 1"),
+                           ("gid_map", f"{NOBODY} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as handle:
+                handle.write(text)
+    kernel.mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing done here shows outside
+    root = job["root"]
+    os.umask(0o022)
+    kernel.mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    for path in job["mounts"]:
+        if os.path.islink(path):  # /lib -> usr/lib on a merged /usr
+            os.makedirs(os.path.dirname(root + path), exist_ok=True)
+            os.symlink(os.readlink(path), root + path)
+        elif os.path.exists(path):
+            _bind_readonly(kernel, path, root + path, MS_NODEV)
+    for device in DEVICES:
+        _bind_readonly(kernel, f"/dev/{device}", f"{root}/dev/{device}", MS_NOEXEC)
+    owner = "" if userns else f",uid={NOBODY},gid={NOBODY}"
+    scratch = job["scratch_mb"] << 20
+    os.mkdir(root + WORKSPACE)
+    kernel.mount("tmpfs", root + WORKSPACE, "tmpfs", MS_NOSUID | MS_NODEV,
+                 f"mode=0755,size={_tree_bytes(job['source']) + scratch}{owner}")
+    shutil.copytree(job["source"], root + WORKSPACE, symlinks=True, dirs_exist_ok=True)
+    if not userns:
+        for parent, dirs, names in os.walk(root + WORKSPACE):
+            for name in dirs + names:
+                os.lchown(os.path.join(parent, name), NOBODY, NOBODY)
+    os.mkdir(root + TMP)
+    kernel.mount("tmpfs", root + TMP, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={scratch}{owner}")
+    kernel.mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    kernel.sethostname("sandbox")
+    kernel.pivot_root(root)
+    os.chdir(WORKSPACE)
+    spaces = "user, mount, pid, net, ipc, uts" if userns else "mount, pid, net, ipc, uts"
+    return userns, [f"namespaces ({spaces})", "netns", "pivot-root"]
+
+
+def become_nobody(kernel: Kernel, userns: bool) -> list[str]:
+    """Become ``nobody`` with no capabilities, for good (``no_new_privs``)."""
+    if not userns:
+        os.setgroups([])  # a user namespace denies setgroups; it has no other group anyway
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+    kernel.drop_capabilities()
+    kernel.no_new_privs()
+    outside = f"uid {NOBODY} (user namespace)" if userns else f"uid {NOBODY}"
+    return [outside, "no-capabilities", "no-new-privs"]
+
+
+def fork_in_namespace() -> None:
+    """Return only in a grandchild: PID 2 of the new PID namespace, under a minimal init (PID 1
+    ignores signals it has no handler for, the CPU limit's among them). This process mirrors
+    how the grandchild ended and never returns."""
+    read, write = os.pipe()
+    init = os.fork()
+    if init == 0:
+        os.close(read)
+        child = os.fork()
+        if child == 0:
+            os.close(write)
+            return
+        _, status = os.waitpid(child, 0)
+        os.write(write, struct.pack("i", status))
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(init, 0)
+    reported = os.read(read, 4)
+    if len(reported) == 4:
+        status = struct.unpack("i", reported)[0]
+    if os.WIFSIGNALED(status):
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
 def _inside(path: str, roots: tuple[str, ...]) -> bool:
@@ -234,25 +423,32 @@ def worker(options: dict[str, float]) -> None:
 
 
 def script(options: dict[str, float]) -> None:
-    limit(options["cpu"], int(options["memory-mb"]), int(options["file-mb"]))
-    network = leave_network(bool(options["netns"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     job = read_message(sys.stdin.buffer)
     if job is None:
         raise SystemExit(2)
-    layers = ["rlimits", network, "minimal-env"]
-    user = drop_privileges([job["scratch"]]) if job.get("drop_uid") else None
-    if user:
-        layers.append(user)
-    os.chdir(job["workspace"])
+    try:
+        kernel = Kernel()
+        userns, layers = enter_boundary(kernel, job)
+    except Exception as exc:  # noqa: BLE001 - any failure means: refuse, never run unconfined
+        sys.stdout.write(json.dumps({"refused": f"{type(exc).__name__}: {exc}"}) + "\n")
+        sys.stdout.flush()
+        os._exit(REFUSED)
+    fork_in_namespace()
+    limit(options["cpu"], int(options["memory-mb"]), int(options["file-mb"]))
+    layers += become_nobody(kernel, userns)
+    layers += ["rlimits", "minimal-env"]
+    os.environ.update(HOME=TMP, TMPDIR=TMP)
     sys.dont_write_bytecode = True
-    install_hook(write_roots=[job["scratch"]], read_roots=job["read_roots"])
-    layers.append("audit-hook")
-    sys.stdout.write(json.dumps({"isolation": layers, "network": network}) + "\n")
+    if job["audit_hook"]:
+        install_hook(write_roots=[WORKSPACE, TMP], read_roots=job["read_roots"])
+        layers.append("audit-hook")
+    sys.stdout.write(json.dumps({"isolation": layers}) + "\n")
     sys.stdout.flush()
     os.dup2(2, 1)  # the code's output goes to the log the parent reads back, size-limited
     code = compile(job["code"], "<check script>", "exec")
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-    del job
+    del job, kernel
     exec(code, namespace)  # noqa: S102 - this is the sandbox
 
 

@@ -8,16 +8,23 @@ Two ways in:
   :class:`~interlock.synthesis.workspace.DirectoryStore`. A worker that crashes, runs out of memory or
   overruns its time is killed and replaced; its job fails with the reason.
 - :func:`run_script` runs one check written by a model in a fresh process with the same limits,
-  on its own copy of the workspace: passed (exit status 0) or not, its output, and why.
+  on its own copy of the workspace, behind an operating-system boundary (namespaces of its own
+  where only that copy, the interpreter and its libraries are visible, as ``nobody``): passed
+  (exit status 0) or not, its output, and why. Where this machine cannot build the boundary, it
+  refuses to run the script, with the reason; it never runs one behind the audit hook alone.
 
-The child (``_child.py``) applies the limits to itself before it reads any job; see its
-docstring for the layers. The parent gives it only ``PATH`` and ``LANG`` from its own
-environment, and ``HOME``/``TMPDIR`` inside a fresh temporary folder.
+``python -m interlock.judging.sandbox`` (run by ``make venv``) probes whether the boundary can be
+built here and records the answer (:mod:`~interlock.judging.boundary`).
+
+The child (``_child.py``) applies the limits to itself before it runs anything it was sent; see
+its docstring for the layers. The parent gives it only ``PATH`` and ``LANG`` from its own
+environment, and ``HOME``/``TMPDIR`` inside a fresh temporary folder (``/tmp`` for a script).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import selectors
@@ -33,12 +40,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from interlock.judging._child import read_message, write_message
+from interlock.judging import boundary
+from interlock.judging._child import REFUSED, TMP, read_message, write_message
 
 CHILD = Path(__file__).with_name("_child.py")
-#: try a new network namespace first (False: go straight to disabling sockets, as where the
-#: kernel refuses; the tests use it to exercise that path)
+#: workers try a new network namespace first (False: go straight to disabling sockets, as where
+#: the kernel refuses; the tests use it to exercise that path). Scripts always get one: it is
+#: part of their boundary.
 USE_NETNS = True
+#: scripts also run under the audit hook (False: behind the boundary alone; the tests use it to
+#: show that the boundary holds by itself)
+AUDIT_HOOK = True
+#: a user namespace for scripts: None where the caller is not root (root drops to ``nobody``
+#: without one), True always (the tests use it to exercise, as root, an unprivileged caller's way)
+USER_NAMESPACE: bool | None = None
+#: the machine's C library folders, which the interpreter's extension modules load from
+SYSTEM_LIBRARIES = ("/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/libx32", "/lib", "/lib64", "/lib32",
+                    "/libx32")
 _KEPT_ENV = ("PATH", "LANG")
 
 
@@ -51,6 +69,7 @@ class Limits:
     memory_mb: int = 512  # address space of the process (RLIMIT_AS)
     file_mb: int = 16  # largest file the process may write (RLIMIT_FSIZE)
     output_chars: int = 4000  # how much of a script's output comes back
+    scratch_mb: int = 64  # what a script may add to its workspace copy, and write to /tmp
 
 
 DEFAULT_LIMITS = Limits()
@@ -84,14 +103,19 @@ def scratch_base(min_free_mb: int = 1024) -> str | None:
     return str(shm) if stats and stats.f_bavail * stats.f_frsize >= min_free_mb << 20 else None
 
 
-def minimal_env(scratch: Path) -> dict[str, str]:
-    """The child's whole environment: nothing inherited but PATH and LANG."""
+def minimal_env(scratch: Path | None) -> dict[str, str]:
+    """The child's whole environment: nothing inherited but PATH and LANG. ``scratch`` None: a
+    script's, whose home is its own ``/tmp``."""
     env = {name: os.environ[name] for name in _KEPT_ENV if name in os.environ}
     env.setdefault("PATH", "/usr/bin:/bin")
     env.setdefault("LANG", "C.UTF-8")
-    (scratch / "home").mkdir(parents=True, exist_ok=True)
-    (scratch / "tmp").mkdir(parents=True, exist_ok=True)
-    env.update(HOME=str(scratch / "home"), TMPDIR=str(scratch / "tmp"), PYTHONDONTWRITEBYTECODE="1")
+    if scratch is None:
+        home = temp = TMP
+    else:
+        (scratch / "home").mkdir(parents=True, exist_ok=True)
+        (scratch / "tmp").mkdir(parents=True, exist_ok=True)
+        home, temp = str(scratch / "home"), str(scratch / "tmp")
+    env.update(HOME=home, TMPDIR=temp, PYTHONDONTWRITEBYTECODE="1")
     return env
 
 
@@ -308,17 +332,8 @@ class SandboxPool:
 
 # ----------------------------------------------------------------------------- scripts
 
-def _others_can_read(path: Path) -> bool:
-    """Whether an unprivileged user can reach and read ``path``."""
-    path = Path(path).resolve()
-    try:
-        for folder in [*reversed(path.parents), path]:
-            mode = folder.stat().st_mode
-            if folder.is_dir() and not mode & 0o001:
-                return False
-        return bool(path.stat().st_mode & 0o004)
-    except OSError:
-        return False
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _python_roots() -> list[str]:
@@ -330,12 +345,19 @@ def _python_roots() -> list[str]:
     return sorted(os.path.realpath(r) for r in roots)
 
 
-def can_drop_privileges(base: Path) -> bool:
-    """Running as root, and ``nobody`` could still run Python and reach ``base``."""
-    if os.geteuid() != 0:
-        return False
-    needed = [Path(sysconfig.get_paths()["stdlib"]) / "os.py", Path(sys.executable), base]
-    return all(_others_can_read(p) for p in needed)
+def read_only_mounts() -> list[str]:
+    """What a script's root shows read-only, at the same paths, besides its workspace: the
+    interpreter's install and its virtual environment (as named and as resolved), and the C
+    libraries; a folder inside another listed one is left to it."""
+    paths = sysconfig.get_paths()
+    roots = {sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix,
+             *(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))}
+    candidates = {form(r) for r in roots for form in (os.path.abspath, os.path.realpath)}
+    kept: list[str] = []
+    for path in sorted(candidates | set(SYSTEM_LIBRARIES)):
+        if not any(_under(path, folder) for folder in kept):
+            kept.append(path)
+    return kept
 
 
 def run_script(code: str, workspace_dir: Path | str, limits: Limits = DEFAULT_LIMITS,
@@ -343,39 +365,52 @@ def run_script(code: str, workspace_dir: Path | str, limits: Limits = DEFAULT_LI
     """Run a model-written check in a fresh sandboxed process on a copy of ``workspace_dir``.
 
     It passes when it exits with status 0 (fail with ``assert`` or ``sys.exit(1)``). A timeout,
-    crash, or refused operation is a failure with the reason; this function never raises for
+    crash, or refused operation is a failure with the reason, and so is a machine where the
+    boundary cannot be built (the script is then not run); this function never raises for
     anything the script does."""
+    mode = boundary_mode()
+    if not mode.available:
+        return ScriptResult(False, "", f"refused: model-written checks run only behind an "
+                                       f"operating-system boundary, and this machine has none "
+                                       f"({mode.detail})")
+    return run_bounded(code, workspace_dir, limits, base)
+
+
+def run_bounded(code: str, workspace_dir: Path | str, limits: Limits = DEFAULT_LIMITS,
+                base: Path | str | None = None) -> ScriptResult:
+    """:func:`run_script` without asking whether the boundary can be built (the probe asks by
+    building it): a child that cannot build it refuses to run the code all the same."""
     start = time.perf_counter()
     scratch = Path(tempfile.mkdtemp(prefix="interlock-script-", dir=base))
     try:
-        workspace = scratch / "workspace"
-        shutil.copytree(workspace_dir, workspace, symlinks=True)
-        env = minimal_env(scratch)
-        drop = can_drop_privileges(scratch)
-        if drop:
-            scratch.chmod(0o755)
-        job = {"code": code, "workspace": str(workspace), "scratch": str(scratch),
-               "read_roots": _python_roots(), "drop_uid": drop}
-        log_path = scratch.parent / f"{scratch.name}.log"  # outside what the script may write
+        (scratch / "root").mkdir()
+        job = {"code": code, "source": str(Path(workspace_dir).resolve()), "root": str(scratch / "root"),
+               "mounts": read_only_mounts(), "read_roots": _python_roots(),
+               "scratch_mb": limits.scratch_mb, "audit_hook": AUDIT_HOOK,
+               "user_namespace": USER_NAMESPACE}
+        log_path = scratch / "output.log"  # outside anything the script can see
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
                 _command("script", limits, cpu=True), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=log, env=env, cwd=scratch, close_fds=True, start_new_session=True)
-            payload = _framed(job)
+                stderr=log, env=minimal_env(None), cwd=scratch, close_fds=True, start_new_session=True)
             try:
-                report, _ = process.communicate(payload, timeout=limits.wall_seconds)
+                report, _ = process.communicate(_framed(job), timeout=limits.wall_seconds)
                 code_ = process.returncode
             except subprocess.TimeoutExpired:
                 _kill_group(process)
                 report, _ = process.communicate()
                 code_ = None
         output = _head(log_path, limits.output_chars)
-        log_path.unlink(missing_ok=True)
-        isolation = _isolation(report)
+        seconds = time.perf_counter() - start
+        report_ = _report(report)
+        if code_ == REFUSED and "refused" in report_:
+            return ScriptResult(False, output, f"refused: the sandbox's boundary could not be built "
+                                               f"({report_['refused']})", (), seconds)
+        isolation = tuple(report_.get("isolation", ()))
         reason = "passed" if code_ == 0 else _describe_exit(code_, limits)
         if code_ not in (0, None) and "MemoryError" in output:
             reason = f"out of memory ({limits.memory_mb} MB)"
-        return ScriptResult(code_ == 0, output, reason, isolation, time.perf_counter() - start)
+        return ScriptResult(code_ == 0, output, reason, isolation, seconds)
     except OSError as exc:
         return ScriptResult(False, "", f"could not run the script: {exc}", (), time.perf_counter() - start)
     finally:
@@ -407,8 +442,57 @@ def _head(path: Path, chars: int) -> str:
     return text[:chars] + ("\n[... output clipped]" if len(text) > chars else "")
 
 
-def _isolation(report: bytes) -> tuple[str, ...]:
+def _report(report: bytes) -> dict:
+    """The child's report line: its isolation layers, or why it refused."""
     try:
-        return tuple(json.loads(report.decode().splitlines()[0])["isolation"])
-    except (ValueError, IndexError, KeyError, UnicodeDecodeError):
-        return ()
+        message = json.loads(report.decode().splitlines()[0])
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return {}
+    return message if isinstance(message, dict) else {}
+
+
+# ----------------------------------------------------------------------------- the boundary's mode
+
+#: what the probe's script checks from inside: its own root, its copy writable, no way back
+_PROBE = """
+import os
+assert os.getcwd() == "/workspace", os.getcwd()
+assert sorted(os.listdir("/workspace")) == ["probe.txt"], os.listdir("/workspace")
+assert not os.path.exists("/proc"), "a /proc is visible"
+assert os.geteuid() == 65534, os.geteuid()
+open("written.txt", "w").write("ok")
+"""
+
+
+def probe_boundary() -> boundary.Mode:
+    """Build the boundary for real and run a small script inside it: the mode it allows."""
+    with tempfile.TemporaryDirectory(prefix="interlock-probe-") as folder:
+        workspace = Path(folder) / "workspace"
+        workspace.mkdir()
+        (workspace / "probe.txt").write_text("probe\n")
+        result = run_bounded(_PROBE, workspace)
+    layers = result.isolation
+    if result.passed and layers and layers[0].startswith("namespaces"):
+        spaces = layers[0].removeprefix("namespaces (").removesuffix(")")
+        user = next(layer for layer in layers if layer.startswith("uid"))
+        return boundary.Mode(boundary.NAMESPACES, f"{spaces} namespaces, {user}")
+    last = result.output.strip().splitlines()[-1:] or [""]
+    return boundary.Mode(boundary.UNAVAILABLE, f"{result.reason} {last[0]}".strip())
+
+
+@functools.cache
+def boundary_mode() -> boundary.Mode:
+    """The mode model-written checks run under: the set-up's record, else a probe (once per
+    process)."""
+    return boundary.recorded() or probe_boundary()
+
+
+def main() -> None:
+    """The set-up's step: probe the boundary and record the answer (an unavailable one too)."""
+    mode = probe_boundary()
+    path = boundary.write(mode)
+    print(f"sandbox boundary for model-written checks: {mode.name} ({mode.detail}); recorded in {path}")
+
+
+if __name__ == "__main__":
+    main()

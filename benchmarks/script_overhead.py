@@ -1,0 +1,72 @@
+"""What one model-written check script costs to run in the sandbox, over a bare interpreter start.
+
+Runs a script that does nothing (``pass``) on a small workspace ``--runs`` times through
+:func:`interlock.judging.sandbox.run_script` (as this user runs it, and through a user namespace,
+the way a caller that is not root takes), and as many bare ``python -I -c pass`` starts for
+reference, interleaved so that the machine's load falls on all alike; prints the median and the
+90th percentile of each, and the isolation the scripts ran under. Not a test.
+
+    .venv/bin/python benchmarks/script_overhead.py [--runs 40] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from interlock.judging import sandbox
+
+FILES = {"out/decisions.csv": "case_id,outcome\nC-1,approved\n", "cases.csv": "id,amount\nC-1,420\n"}
+
+
+def bare() -> None:
+    subprocess.run([sys.executable, "-I", "-c", "pass"], check=True)
+
+
+def script(workspace: Path, user_namespace: bool | None) -> sandbox.ScriptResult:
+    sandbox.USER_NAMESPACE = user_namespace
+    result = sandbox.run_script("pass", workspace)
+    assert result.passed, result
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        workspace = Path(folder) / "ws"
+        for name, text in FILES.items():
+            (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+            (workspace / name).write_text(text)
+        runs = {"run_script": lambda: script(workspace, None),
+                "run_script, user namespace": lambda: script(workspace, True),
+                "bare interpreter": bare}
+        isolation = script(workspace, None).isolation
+        seconds: dict[str, list[float]] = {name: [] for name in runs}
+        for _ in range(args.runs):
+            for name, run in runs.items():
+                start = time.perf_counter()
+                run()
+                seconds[name].append(time.perf_counter() - start)
+    figures: dict = {"runs": args.runs, "isolation": list(isolation)}
+    for name, values in seconds.items():
+        ordered = sorted(values)
+        figures[name] = {"median_ms": 1000 * statistics.median(ordered),
+                         "p90_ms": 1000 * ordered[int(0.9 * (len(ordered) - 1))]}
+        median, p90 = figures[name]["median_ms"], figures[name]["p90_ms"]
+        print(f"{name:28s} median {median:6.1f} ms   p90 {p90:6.1f} ms")
+    print("isolation:", ", ".join(isolation))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
