@@ -18,7 +18,7 @@ from interlock.core.types import TaskSize
 from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.catalog import load_catalog
 from interlock.synthesis.graph import build_graph
-from interlock.synthesis.stage import build_pack
+from interlock.synthesis.packs import compile_pack
 
 from helpers.repo import SMOKE, commit, dvc, tracked_copy, tree_digest
 
@@ -39,7 +39,7 @@ def tasks(catalog):
         pool = "rft" if domain.split == "train" else "benchmark"
         blueprint = make_blueprint(domain, pool, 0, TaskSize(4, 3, 2, 2), stable_seed(7, domain.id))
         graph = build_graph(blueprint, domain)
-        built.append((domain, blueprint, graph, build_pack(graph, domain)))
+        built.append((domain, blueprint, graph, compile_pack(graph, domain)))
     return built
 
 

@@ -27,6 +27,7 @@ from interlock.synthesis.kinds.effects import (
     realizations,
     register_entry,
 )
+from interlock.synthesis.oracle import oracle_calls, replay
 from interlock.synthesis.text import Template
 from interlock.synthesis.workspace import format_csv, parse_csv, parse_jsonl
 
@@ -277,12 +278,32 @@ def compile_pack(graph: CompletionGraph, domain: Domain,
                  workspace: WorkspaceGenerator = scripted_workspace,
                  request: RequestGenerator = scripted_request,
                  rubric: RubricGenerator = scripted_rubric) -> TaskPack:
+    """The task pack of a graph, reference solution included: the one way to compile a task,
+    generated or built by hand. A graph its domain cannot make (see
+    :meth:`CompletionGraph.validate`), or one whose reference cannot be carried out, is refused
+    here with one error naming the task and what is wrong, rather than compiled into a pack the
+    reviews reject for reasons that never say why."""
+    graph.validate(domain=domain)
     files, index = workspace(graph, domain)
     request_text, contract = request(graph, domain)
     files = {**files, REQUEST_PATH: request_text}
     criteria, checks = rubric(graph, domain, files)
     return TaskPack(graph.task_id, graph.domain_id, graph.pool, files, index, request_text, contract,
-                    criteria, checks)
+                    criteria, checks, reference_solution(graph, domain, files))
+
+
+def reference_solution(graph: CompletionGraph, domain: Domain, files: dict[str, str]) -> list[dict]:
+    """The oracle's trajectory through the agent's own tools on the workspace, as reference rows.
+    Every step must succeed: a reference that fails proves nothing about the checks it feeds."""
+    steps, _ = replay(files, oracle_calls(graph, domain))
+    for step in steps:
+        if not step["ok"]:
+            raise InterlockError(
+                f"the reference solution fails at step {step['step']}, {step['tool']} "
+                f"{dumps(step['arguments'])}: {step['observation']}",
+                item=graph.task_id, field=f"reference step {step['step']}")
+    return [{"step": s["step"], "tool": s["tool"], "arguments": dumps(s["arguments"], sort_keys=False),
+             "observation": s["observation"]} for s in steps]
 
 
 def pack_rows(pack: TaskPack) -> dict[str, list[dict]]:

@@ -17,9 +17,8 @@ from interlock.core.runner import task_progress
 from interlock.core.types import TaskSize
 from interlock.synthesis.blueprints import PoolCheck, generate_blueprints
 from interlock.synthesis.catalog import Catalog, Domain, load_catalog
-from interlock.synthesis.graph import CompletionGraph, build_graph, graph_rows
-from interlock.synthesis.oracle import oracle_calls, replay
-from interlock.synthesis.packs import TaskPack, compile_pack, pack_rows
+from interlock.synthesis.graph import build_graph, graph_rows
+from interlock.synthesis.packs import compile_pack, pack_rows
 from interlock.synthesis.tasks import iter_blueprints, iter_graphs, load_domains
 
 # ----------------------------------------------------------------------------- domains
@@ -90,21 +89,11 @@ def _map_to_tables(batches: Iterator[list], out: Path, table_schemas: dict, to_r
 
 # ----------------------------------------------------------------------------- packs
 
-def build_pack(graph: CompletionGraph, domain: Domain) -> TaskPack:
-    """Compile a graph and attach the oracle's trajectory as its reference solution."""
-    pack = compile_pack(graph, domain)
-    steps, _ = replay(pack.files, oracle_calls(graph, domain))
-    pack.reference = [{"step": s["step"], "tool": s["tool"],
-                       "arguments": dumps(s["arguments"], sort_keys=False),
-                       "observation": s["observation"]} for s in steps]
-    return pack
-
-
 def run_packs(domains_path: Path, graphs_dir: Path, out: Path) -> int:
     catalog = load_domains(domains_path)
     return _map_to_tables(
         iter_graphs(graphs_dir), out, schemas.PACK_TABLES,
-        lambda graph: pack_rows(build_pack(graph, catalog[graph.domain_id])),
+        lambda graph: pack_rows(compile_pack(graph, catalog[graph.domain_id])),
         total=count_rows(graphs_dir / "tasks.parquet", schemas.GRAPH_TABLES["tasks"]), stage="packs")
 
 
