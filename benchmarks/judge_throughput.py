@@ -48,12 +48,14 @@ def default_data(folder: Path) -> Paths:
     from interlock.core.config import Params, compose_params
     from interlock.review.stage import run_review
     from interlock.synthesis.stage import blueprints, domains, graphs, packs
+    from interlock.synthesis.tasks import load_domains
 
     params = Params.model_validate(compose_params(ROOT / "conf"))
     paths = params.paths.rebase(data=folder)
     for stage in (domains, blueprints, graphs, packs):
         stage(params, paths)
-    run_review(paths.graphs, paths.packs, paths.review)  # the static reviews (no execution gate)
+    # the static reviews (no execution gate)
+    run_review(paths.graphs, paths.packs, paths.review, catalog=load_domains(paths.domains))
     return paths
 
 

@@ -152,6 +152,7 @@ def child(args: argparse.Namespace) -> None:
     from interlock.core.types import TaskSize
     from interlock.review.stage import run_review
     from interlock.synthesis.stage import run_blueprints, run_domains, run_graphs, run_packs
+    from interlock.synthesis.tasks import load_domains
 
     plan = json.loads(args.child_plan)
     size = TaskSize(**plan["task_size"])
@@ -169,7 +170,8 @@ def child(args: argparse.Namespace) -> None:
             row_group_tasks=args.row_group_tasks),
         "graphs": lambda: run_graphs(out / "domains.parquet", out / "blueprints.parquet", out / "graphs"),
         "packs": lambda: run_packs(out / "domains.parquet", out / "graphs", out / "packs"),
-        "review": lambda: run_review(out / "graphs", out / "packs", out / "review"),
+        "review": lambda: run_review(out / "graphs", out / "packs", out / "review",
+                                     catalog=load_domains(out / "domains.parquet")),
     }
     results = {}
     cpu_start = time.process_time()

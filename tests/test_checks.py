@@ -31,7 +31,7 @@ from interlock.synthesis.graph import build_graph
 from interlock.synthesis.kinds.couplings import COUPLING_KINDS
 from interlock.synthesis.kinds.effects import REGISTER_PATH, Realization, document_text
 from interlock.synthesis.oracle import replay
-from interlock.synthesis.stage import build_pack
+from interlock.synthesis.packs import compile_pack
 from interlock.synthesis.workspace import MemoryStore, execute, format_csv, jsonl_line, materialize, parse_csv
 
 CASES = "id,employee,amount,status\nC-1,Ana Okafor,420,pending\nC-2,Ben Moreau,150,pending\n" \
@@ -597,7 +597,7 @@ def test_document_effects_of_a_real_pack(catalog) -> None:
     domain = next(d for d in catalog.domains if "document" in [e.kind for e in d.effects[:3]])
     blueprint = make_blueprint(domain, "rft" if domain.split == "train" else "benchmark", 0,
                                TaskSize(4, 3, 2, 2), stable_seed(7, domain.id))
-    pack = build_pack(build_graph(blueprint, domain), domain)
+    pack = compile_pack(build_graph(blueprint, domain), domain)
     [guard] = [c for c in pack.rubric if c.guard]
     documents = pack.checks[guard.criterion_id]["documents"]
     assert documents, "expected a document to guard"

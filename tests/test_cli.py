@@ -23,7 +23,7 @@ from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.catalog import load_catalog
 from interlock.synthesis.graph import build_graph
 from interlock.synthesis.stage import run_blueprints, run_domains, run_graphs, run_packs
-from interlock.synthesis.tasks import iter_graphs
+from interlock.synthesis.tasks import iter_graphs, load_domains
 
 from helpers.repo import REPO
 
@@ -39,7 +39,7 @@ def data(tmp_path_factory) -> Path:
                    size=TaskSize(3, 2, 1, 1), row_group_tasks=3)
     run_graphs(out / "domains.parquet", out / "blueprints.parquet", out / "graphs")
     run_packs(out / "domains.parquet", out / "graphs", out / "packs")
-    run_review(out / "graphs", out / "packs", out / "review")
+    run_review(out / "graphs", out / "packs", out / "review", catalog=load_domains(out / "domains.parquet"))
     return out
 
 

@@ -13,11 +13,11 @@ from interlock.core.types import TaskSize
 from interlock.review.controls import control_problems
 from interlock.review.coverage import coverage_problems
 from interlock.review.critic import critic_problems, public_solution
-from interlock.review.stage import review_pack
+from interlock.review.leaks import leak_problems
+from interlock.review.stage import kill_rates, review_pack
 from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.graph import build_graph, graph_rows, graphs_from_rows
-from interlock.synthesis.packs import REQUEST_PATH, pack_rows
-from interlock.synthesis.stage import build_pack
+from interlock.synthesis.packs import REQUEST_PATH, compile_pack, pack_rows
 
 
 def test_clean_packs_pass_every_review(tasks):
@@ -35,9 +35,9 @@ def test_every_domain_compiles_alike_from_its_graph_rows_and_passes_its_controls
         blueprint = make_blueprint(domain, pool, 0, TaskSize(2, 2, 1, 1), stable_seed(3, domain.id))
         graph = build_graph(blueprint, domain)
         [read_back] = graphs_from_rows(graph_rows(graph), source="test")
-        pack = build_pack(read_back, domain)
-        assert pack_rows(pack) == pack_rows(build_pack(graph, domain)), domain.id
-        assert control_problems(pack) == [], domain.id
+        pack = compile_pack(read_back, domain)
+        assert pack_rows(pack) == pack_rows(compile_pack(graph, domain)), domain.id
+        assert control_problems(pack) == [] and leak_problems(read_back, pack) == [], domain.id
 
 
 def test_public_solver_reproduces_the_oracle(tasks):
@@ -185,3 +185,131 @@ def test_verdict_lists_every_reason(tasks):
     verdict = review_pack(graph, pack)["verdicts"][0]
     assert not verdict["admitted"] and not verdict["coverage_ok"] and verdict["critic_ok"]
     assert any(effect.node_id in reason for reason in verdict["reasons"])
+
+
+# ----------------------------------------------------------------------------- mutation controls
+
+def _mutations(domain, graph, pack):
+    return review_pack(graph, pack, domain)["mutations"]
+
+
+def test_every_mandatory_check_fails_on_its_own_mutants(tasks):
+    for domain, _, graph, pack in tasks:
+        rows = _mutations(domain, graph, pack)
+        reached = {r["criterion_id"] for r in rows if r["killed"] is not None}
+        mandatory = {c.criterion_id for c in pack.rubric if c.mandatory}
+        slack = {r["criterion_id"] for r in rows if r["killed"] is None}
+        assert reached | slack == mandatory and slack <= {c.criterion_id for c in pack.rubric
+                                                          if c.kind == "coupling"}, domain.id
+        assert all(r["killed"] for r in rows if r["killed"] is not None), domain.id
+        kinds = {r["kind"] for r in rows if r["killed"]}
+        assert {"primary", "realization", "no_collateral"} <= kinds, domain.id
+
+
+def _binding_coupling(tasks, kind: str):
+    for domain, _, graph, pack in tasks:
+        for criterion in pack.rubric:
+            if criterion.kind == "coupling" and pack.checks[criterion.criterion_id]["kind"] == kind and any(
+                    r["criterion_id"] == criterion.criterion_id and r["killed"]
+                    for r in _mutations(domain, graph, pack)):
+                return domain, graph, copy.deepcopy(pack), criterion
+    raise AssertionError(f"no fixture task has a binding {kind}")
+
+
+@pytest.mark.parametrize(("kind", "loosen"), [("total_cap", {"cap": 10**9}), ("count_cap", {"k": 99})])
+def test_mutation_controls_refuse_a_loosened_cap(tasks, kind, loosen):
+    domain, graph, pack, criterion = _binding_coupling(tasks, kind)
+    pack.checks[criterion.criterion_id]["rule"].update(loosen)
+    assert not control_problems(pack), control_problems(pack)  # the old controls cannot see it
+    verdict = review_pack(graph, pack, domain)["verdicts"][0]
+    assert not verdict["admitted"] and not verdict["mutations_ok"]
+    refusal = f"mutation control: {criterion.criterion_id} (coupling) passes on its mutant"
+    assert any(reason.startswith(refusal) and "breaking" in reason for reason in verdict["reasons"]), \
+        verdict["reasons"]
+
+
+def test_mutation_controls_refuse_a_check_pointed_at_another_record(tasks):
+    """A realization check that reads another effect's record passes on the oracle and fails on
+    the untouched workspace, so only its own mutants show it does not check its node."""
+    domain, _, graph, pack = copy.deepcopy(tasks[0])
+    first, second = [c for c in pack.rubric if c.kind == "realization"][:2]
+    pack.checks[first.criterion_id] = copy.deepcopy(pack.checks[second.criterion_id])
+    assert not control_problems(pack)
+    verdict = review_pack(graph, pack, domain)["verdicts"][0]
+    assert not verdict["admitted"]
+    assert any(reason.startswith(f"mutation control: {first.criterion_id} (realization) passes on its mutant")
+               for reason in verdict["reasons"]), verdict["reasons"]
+
+
+def test_mutation_controls_refuse_a_primary_check_blind_to_the_outcome(tasks):
+    domain, _, graph, pack = copy.deepcopy(tasks[1])
+    primary = next(c for c in pack.rubric if c.kind == "primary")
+    pack.checks[primary.criterion_id]["expect"] = {}  # the row exists: nothing more is asked
+    verdict = review_pack(graph, pack, domain)["verdicts"][0]
+    assert not verdict["admitted"]
+    assert any(f"{primary.criterion_id} (primary) passes on its mutant" in reason and "recorded as" in reason
+               for reason in verdict["reasons"]), verdict["reasons"]
+
+
+def test_kill_rates_by_criterion_kind(tasks):
+    rows = [r for domain, _, graph, pack in tasks for r in _mutations(domain, graph, pack)]
+    rates = kill_rates(rows)
+    assert set(rates) == {"primary", "realization", "coupling", "no_collateral"}
+    for kind, figures in rates.items():
+        assert figures["kill_rate"] == 1.0 and figures["killed"] == figures["mutants"] > 0, kind
+    assert rates["coupling"]["never_binds"] == sum(r["killed"] is None for r in rows)
+
+
+# ----------------------------------------------------------------------------- the leak review
+
+def _decided(graph):
+    """A decision whose outcome is a word, and its case id and outcome."""
+    decision = next(d for d in graph.of_kind("decision") if d.attrs["outcome"].isalpha())
+    return decision.attrs["case_id"], decision.attrs["outcome"]
+
+
+LEAKS = {
+    "a note in the request": lambda case, outcome: ("REQUEST.md", f"\nNote: {case} should be {outcome}.\n"),
+    "shouted, with an arrow": lambda case, outcome: ("REQUEST.md", f"\n{case} -> {outcome.upper()}\n"),
+    "another ending of the word": lambda case, outcome: ("REQUEST.md",
+                                                         f"\nWe {outcome[:-1]} {case} today.\n"),
+    "a hint file": lambda case, outcome: ("notes/hints.csv", f"case,answer\n{case},{outcome}\n"),
+    "a policy clause": lambda case, outcome: ("POLICY", f"- **P-9.** {case} is {outcome}.\n"),
+}
+
+
+@pytest.mark.parametrize("phrasing", sorted(LEAKS))
+def test_the_leak_review_names_a_stated_outcome(tasks, phrasing):
+    domain, _, graph, pack = copy.deepcopy(tasks[0])
+    case, outcome = _decided(graph)
+    path, text = LEAKS[phrasing](case, outcome)
+    path = domain.policy.file if path == "POLICY" else path
+    pack.files[path] = pack.files.get(path, "") + text
+    if path == REQUEST_PATH:
+        pack.request = pack.files[path]
+    problems = leak_problems(graph, pack)
+    assert problems and all(case in p["problem"] and repr(outcome) in p["problem"] and path in p["problem"]
+                            for p in problems), problems
+    verdict = review_pack(graph, pack, domain)["verdicts"][0]
+    assert not verdict["admitted"] and not verdict["leaks_ok"]
+
+
+def test_the_leak_review_names_an_amount_however_formatted(tasks):
+    domain, graph, pack = next((d, g, copy.deepcopy(p)) for d, _, g, p in tasks
+                               if any(_amount_of(g, e) for e in g.of_kind("effect")))
+    effect = next(e for e in graph.of_kind("effect") if _amount_of(graph, e))
+    case, amount = effect.ref, _amount_of(graph, effect)
+    pack.files[REQUEST_PATH] += f"\nPay {case} ${int(amount):,}.00 in full.\n"
+    problems = leak_problems(graph, pack)
+    assert any(case in p["problem"] and repr(amount) in p["problem"] for p in problems), problems
+
+
+def _amount_of(graph, effect) -> str | None:
+    fields = effect.attrs["realization"]["fields"]
+    amount = fields.get("amount")
+    return amount if amount and str(amount).isdigit() and int(amount) >= 1000 else None
+
+
+def test_the_leak_review_passes_what_the_generators_make(tasks):
+    for domain, _, graph, pack in tasks:
+        assert leak_problems(graph, pack) == [], domain.id

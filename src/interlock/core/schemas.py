@@ -71,13 +71,19 @@ VERDICTS = pa.schema([
 REVIEW_TABLES = {
     "coverage": pa.schema([("task_id", s), ("relation", s), ("ref", s), ("problem", s)]),
     "critic": pa.schema([("task_id", s), ("criterion_id", s), ("problem", s)]),
+    "leaks": pa.schema([("task_id", s), ("problem", s)]),
     "controls": pa.schema([
         ("task_id", s), ("criterion_id", s), ("control", s), ("passed", b), ("expected", b),
         ("evidence", s),
     ]),
+    #: every mutant of the mutation controls, and whether its criterion's check failed on it
+    "mutations": pa.schema([
+        ("task_id", s), ("criterion_id", s), ("kind", s), ("mutant", s), ("killed", b), ("evidence", s),
+    ]),
     "verdicts": pa.schema([
         ("task_id", s), ("domain_id", s), ("pool", s), ("coverage_ok", b), ("critic_ok", b),
-        ("controls_ok", b), ("execution_ok", b), ("validation_passed", b), ("admitted", b),
+        ("leaks_ok", b), ("controls_ok", b), ("mutations_ok", b), ("execution_ok", b),
+        ("validation_passed", b), ("admitted", b),
         ("reasons", pa.list_(s)),
     ]),
     "admitted": pa.schema([("task_id", s), ("domain_id", s), ("pool", s)]),

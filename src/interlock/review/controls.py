@@ -14,12 +14,18 @@ from interlock.synthesis.packs import REQUEST_PATH, TaskPack
 from interlock.synthesis.workspace import MemoryStore
 
 
-def control_problems(pack: TaskPack) -> list[dict]:
-    """Rows for every control whose result differs from what it should be."""
+def replay_reference(pack: TaskPack) -> tuple[list[dict], MemoryStore]:
+    """The reference solution run on a fresh copy of the initial workspace: steps, final state."""
     calls = [ToolCall(s["tool"], loads(s["arguments"], file="reference_solutions", item=pack.task_id,
                                        field=f"step {s['step']}"))
              for s in sorted(pack.reference, key=lambda s: s["step"])]
-    steps, final = replay(pack.files, calls)
+    return replay(pack.files, calls)
+
+
+def control_problems(pack: TaskPack, reference: tuple[list[dict], MemoryStore] | None = None) -> list[dict]:
+    """Rows for every control whose result differs from what it should be (``reference``: the
+    reference solution already replayed, see :func:`replay_reference`)."""
+    steps, final = reference or replay_reference(pack)
     problems = [{"criterion_id": "", "control": "oracle", "passed": False, "expected": True,
                  "evidence": f"reference step {s['step']} ({s['tool']}) failed: {s['observation']}"}
                 for s in steps if not s["ok"]]

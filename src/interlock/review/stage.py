@@ -15,66 +15,98 @@ from interlock.core.paths import Paths
 from interlock.core.runner import task_progress
 from interlock.core.tracking import StageReport
 from interlock.judging.agent import AgentJudge
-from interlock.review.controls import control_problems
+from interlock.review.controls import control_problems, replay_reference
 from interlock.review.coverage import coverage_problems
 from interlock.review.critic import critic_problems
 from interlock.review.execution import ExecutionGate
+from interlock.review.leaks import leak_problems
+from interlock.review.mutations import mutation_controls
 from interlock.rollout.solvers import solver_backend
-from interlock.synthesis.catalog import Catalog
+from interlock.synthesis.catalog import Catalog, Domain, load_catalog
 from interlock.synthesis.graph import CompletionGraph
 from interlock.synthesis.packs import TaskPack
 from interlock.synthesis.tasks import TaskContext, iter_graphs, iter_packs, load_domains
 
 
-def review_pack(graph: CompletionGraph, pack: TaskPack) -> dict[str, list[dict]]:
-    """Both reviews and the controls for one task; the verdict admits it only if all are clean."""
+def review_pack(graph: CompletionGraph, pack: TaskPack,
+                domain: Domain | None = None) -> dict[str, list[dict]]:
+    """Both reviews, the leak review, the controls and the mutation controls for one task; the
+    verdict admits it only if all are clean. ``domain``: the task's catalog entry (default: the
+    packaged catalog's)."""
+    domain = domain or load_catalog()[pack.domain_id]
     coverage = coverage_problems(graph, pack)
     critic = critic_problems(pack)
-    controls = control_problems(pack)
-    reasons = sorted({p["problem"] for p in coverage} | {p["problem"] for p in critic}
+    leaks = leak_problems(graph, pack)
+    reference = replay_reference(pack)
+    controls = control_problems(pack, reference)
+    mutants, unkilled = mutation_controls(graph, pack, domain, reference[1].contents)
+    reasons = sorted({p["problem"] for p in [*coverage, *critic, *leaks]}
                      | {f"control {p['control']} of {p['criterion_id'] or 'reference'}: {p['evidence']}"
-                        for p in controls})
+                        for p in controls}
+                     | {f"mutation control: {p['problem']}" for p in unkilled})
     t = pack.task_id
     return {
         "coverage": [{"task_id": t, **p} for p in coverage],
         "critic": [{"task_id": t, **p} for p in critic],
+        "leaks": [{"task_id": t, "problem": p["problem"]} for p in leaks],
         "controls": [{"task_id": t, **p} for p in controls],
+        "mutations": mutants,
         "verdicts": [{"task_id": t, "domain_id": pack.domain_id, "pool": pack.pool,
-                      "coverage_ok": not coverage, "critic_ok": not critic, "controls_ok": not controls,
-                      "execution_ok": None, "validation_passed": None,
+                      "coverage_ok": not coverage, "critic_ok": not critic, "leaks_ok": not leaks,
+                      "controls_ok": not controls,
+                      "mutations_ok": not unkilled, "execution_ok": None, "validation_passed": None,
                       "admitted": not reasons, "reasons": reasons}],
     }
 
 
-def run_review(graphs_dir: Path, packs_dir: Path, out: Path, *, catalog: Catalog | None = None,
-               gate: ExecutionGate | None = None) -> dict:
-    """Write the review reports and the admitted tasks; return summary metrics.
+def kill_rates(rows: list[dict]) -> dict[str, dict]:
+    """Mutants and the share the checks failed on, by criterion kind; ``never_binds``: mandatory
+    criteria no single decision change can fail (see :data:`NEVER_BINDS`)."""
+    mutants, killed, slack = Counter(), Counter(), Counter()
+    for row in rows:
+        if row["killed"] is None:
+            slack[row["kind"]] += 1
+        else:
+            mutants[row["kind"]] += 1
+            killed[row["kind"]] += row["killed"]
+    return {kind: {"mutants": mutants[kind], "killed": killed[kind], "never_binds": slack[kind],
+                   "kill_rate": round(killed[kind] / mutants[kind], 4) if mutants[kind] else None}
+            for kind in sorted(mutants | slack)}
 
-    Without a ``gate`` the review is static (coverage, critic, controls); with one, every
-    statically admitted task also needs a cleanly judged validation rollout."""
+
+def run_review(graphs_dir: Path, packs_dir: Path, out: Path, *, catalog: Catalog,
+               gate: ExecutionGate | None = None) -> dict:
+    """Write the review reports and the admitted tasks; return summary metrics: per pool, and the
+    mutation controls' kill rates by criterion kind (``mutants``).
+
+    Without a ``gate`` the review is static (coverage, critic, controls, mutation controls); with
+    one, every statically admitted task also needs a cleanly judged validation rollout."""
     total = count_rows(packs_dir / "tasks.parquet", schemas.PACK_TABLES["tasks"])
     summary: dict[str, Counter] = {}
+    mutation_rows: list[dict] = []
     with write_table_set(out, schemas.REVIEW_TABLES) as tables, task_progress(total, "review") as bar:
         for graphs, packs in zip(iter_graphs(graphs_dir), iter_packs(packs_dir), strict=True):
             if [g.task_id for g in graphs] != [p.task_id for p in packs]:
                 raise InterlockError("graphs and packs are not aligned by task", file=str(packs_dir))
             rows: dict[str, list[dict]] = {name: [] for name in schemas.REVIEW_TABLES}
             for graph, pack in zip(graphs, packs, strict=True):
-                for name, table_rows in review_pack(graph, pack).items():
+                for name, table_rows in review_pack(graph, pack, catalog[pack.domain_id]).items():
                     rows[name] += table_rows
+            mutation_rows += [{k: m[k] for k in ("kind", "killed")} for m in rows["mutations"]]
             if gate is not None:
                 _execution_gate(gate, catalog, graphs, packs, rows)
             for verdict in rows["verdicts"]:
                 pool = summary.setdefault(verdict["pool"], Counter())
                 pool["tasks"] += 1
-                for key in ("admitted", "coverage_ok", "critic_ok", "controls_ok", "execution_ok",
-                            "validation_passed"):
+                for key in ("admitted", "coverage_ok", "critic_ok", "leaks_ok", "controls_ok", "mutations_ok",
+                            "execution_ok", "validation_passed"):
                     pool[key] += int(bool(verdict[key]))
             rows["admitted"] = [{k: v[k] for k in ("task_id", "domain_id", "pool")}
                                 for v in rows["verdicts"] if v["admitted"]]
             tables.write(rows)
             bar.update(len(packs))
-    return {pool: dict(sorted(counts.items())) for pool, counts in sorted(summary.items())}
+    pools = {pool: dict(sorted(counts.items())) for pool, counts in sorted(summary.items())}
+    return {**pools, "mutants": kill_rates(mutation_rows)}
 
 
 def _execution_gate(gate: ExecutionGate, catalog: Catalog, graphs: list[CompletionGraph],
@@ -103,6 +135,8 @@ def review(params: Params, paths: Paths) -> StageReport:
         summary = run_review(paths.graphs, paths.packs, paths.review, catalog=load_domains(paths.domains),
                              gate=gate)
     for pool, counts in summary.items():
+        if pool == "mutants":
+            continue
         print(f"review: {pool}: {counts['admitted']} of {counts['tasks']} admitted "
               f"({counts['validation_passed']} validation rollouts passed)")
     return StageReport(metrics=summary)

@@ -9,6 +9,7 @@ followed. The tools are written once against either store.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import os
@@ -28,6 +29,16 @@ def clean_path(path: str) -> str:
     """The normalised relative form of a workspace path, or :class:`PathRefused`."""
     if not isinstance(path, str) or not path.strip():
         raise PathRefused("path must be a non-empty string")
+    return _normalised(path) if len(path) <= MAX_CACHED_PATH else _normalised.__wrapped__(path)
+
+
+#: paths up to this length are normalised once (checks and tools look up the same few paths
+#: thousands of times); longer ones, which only hostile input writes, are never kept
+MAX_CACHED_PATH = 256
+
+
+@functools.lru_cache(maxsize=4096)
+def _normalised(path: str) -> str:
     pure = PurePosixPath(path.strip().replace("\\", "/"))
     if pure.is_absolute():
         raise PathRefused(f"{path!r} is absolute; paths are relative to the workspace root")

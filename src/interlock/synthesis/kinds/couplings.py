@@ -122,6 +122,18 @@ class AllOrNone(CouplingKind):
         return len({o.fallback for o in outcomes}) <= 1
 
 
+def breaking_moves(kind: str, rule: dict, alternatives: list[list[Outcome]],
+                   intended: list[Outcome]) -> list[tuple[int, Outcome]]:
+    """Each (member position, outcome) such that moving that one member from its intended outcome
+    to another it admits breaks the constraint. None means the constraint never binds: no
+    decision could get it wrong, so a check of it could never fail."""
+    coupling = COUPLING_KINDS[kind]
+    return [(position, outcome)
+            for position, admitted in enumerate(alternatives) for outcome in admitted
+            if outcome != intended[position]
+            and not coupling.holds([*intended[:position], outcome, *intended[position + 1:]], rule)]
+
+
 COUPLING_KINDS: dict[str, CouplingKind] = {
     kind.name: kind() for kind in (TotalCap, CountCap, ValueCapacity, AllOrNone)
 }
