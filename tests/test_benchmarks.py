@@ -56,14 +56,20 @@ def test_model_judge_cost_reports_both_judges_on_the_same_rollouts(smoke_repo, t
     assert figures["agent_over_text_tokens"] > 0
 
 
-def test_the_abuse_suite_accepts_only_the_oracle_under_the_agent_judge(smoke_repo, tmp_path) -> None:
-    printed = bench("abuse_suite.py", "--data", str(smoke_repo / "data"), "--tasks", "2", cwd=tmp_path)
-    rows = {cells[0]: [int(c) for c in cells[1:]] for line in printed.splitlines()
-            if line.startswith("| ") and not line.startswith("| solver")
-            for cells in [[c.strip() for c in line.strip("|").split("|")]]}
-    assert set(rows) == {"oracle", *ADVERSARIES}
-    assert rows["oracle"] == [2, 2, 2]  # rollouts, agent judge accepts, text judge accepts
-    assert all(rows[name][:2] == [2, 0] for name in ADVERSARIES)
+def test_the_abuse_suite_accepts_only_the_oracle_and_rejects_no_correct_work(tmp_path) -> None:
+    """On the default scale's tasks, synthesized where the data folder has none."""
+    out = tmp_path / "abuse.json"
+    printed = bench("abuse_suite.py", "--data", str(tmp_path / "none"), "--tasks", "2", "--attempts", "4",
+                    "--json", str(out), cwd=tmp_path)
+    result = json.loads(out.read_text())
+    suite, rejects = result["suite"], result["false_rejects"]
+    assert result["ok"] and result["data"] == "the default scale, synthesized"
+    assert list(suite) == ["oracle", *ADVERSARIES]
+    assert suite["oracle"] == {"rollouts": 2, "agent": 2, "text": 2}
+    assert all(suite[name]["rollouts"] == 2 and suite[name]["agent"] == 0 for name in ADVERSARIES)
+    assert 0 < rejects["noisy"]["rollouts"] <= rejects["noisy"]["of"] == 8
+    assert rejects["rate"] == {"agent": 0.0, "text": 0.0}
+    assert f"| {ADVERSARIES[-1]} | 2 | 0 |" in printed and "| false-reject rate |" in printed
 
 
 def test_judge_throughput_judges_the_rollouts_it_was_asked_to(smoke_repo, tmp_path,
@@ -101,6 +107,15 @@ def test_synthesis_throughput_synthesizes_the_size_it_was_asked_for(tmp_path) ->
     assert "error" not in result and result["tasks"] == 60 and result["tasks_per_second"] > 0
     assert sum(result["blueprint_counts"].values()) == 60
     assert set(result["seconds"]) == {"domains", "blueprints", "graphs", "packs", "review"}
+
+
+def test_script_overhead_times_every_way_a_script_runs(tmp_path) -> None:
+    out = tmp_path / "overhead.json"
+    bench("script_overhead.py", "--runs", "2", "--json", str(out), cwd=tmp_path)
+    figures = json.loads(out.read_text())
+    for name in ("run_script", "run_script, user namespace", "bare interpreter"):
+        assert figures[name]["median_ms"] > 0 and figures[name]["p90_ms"] > 0, name
+    assert any(part.startswith("namespaces") for part in figures["isolation"]), figures["isolation"]
 
 
 def test_training_throughput_trains_both_sides_on_the_same_tokens(smoke_repo, tmp_path) -> None:

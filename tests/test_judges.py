@@ -25,7 +25,7 @@ from interlock.judging.text import TextJudge, believed_path, claimed_files, pars
 from interlock.judging.verdicts import QUOTE, accepted, judging_problems, render_transcript
 from interlock.rollout.engine import RolloutLimits, run_episodes
 from interlock.rollout.runs import plan_episodes, scripted_rollouts
-from interlock.rollout.scripted import ScriptedBackend, Turn
+from interlock.rollout.scripted import PLANTED, ScriptedBackend, Turn
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.kinds.effects import REGISTER_PATH
 from interlock.synthesis.oracle import oracle_calls
@@ -265,13 +265,13 @@ def test_record_level_collateral(agent_judge, contexts, rollouts, tmp_path: Path
 
 
 def test_planted_verifiers_change_nothing(agent_judge, contexts, tmp_path: Path) -> None:
-    """Verifier files planted in the workspace (tests, conftest, a checks.json, a verdict) are
-    collateral: they fail the guard and change no other verdict."""
+    """Files planted in the workspace beside the oracle's work, named like a verifier, a test
+    configuration or a policy (tests, conftest, pytest.ini, a checks.json, a verdict, a policy
+    addendum), are collateral: they fail the guard and change no other verdict."""
     context = contexts[0]
     pack = context.pack
     (trajectory,) = scripted_rollouts([context], ["plant_verifier"], seed=0, workdir=tmp_path)
-    planted = {"tests/test_rubric.py", "conftest.py", ".verifier/config.yaml", "checks.json",
-               "out/verdict.json"}
+    planted = set(PLANTED)
     assert planted <= set(trajectory.final_files)
 
     def unplant(message: Message) -> Message:

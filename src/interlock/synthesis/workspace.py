@@ -150,7 +150,25 @@ def parse_csv(text: str) -> tuple[list[str], list[dict[str, str]]]:
     differs from the header's, a NUL byte, a cell over :data:`MAX_FIELD_CHARS`, or any row of a
     table whose header repeats or leaves out a column name, comes back as :func:`malformed` with
     the reason (what the csv module cannot read at all ends the table the same way). Blank lines
-    are skipped, as every CSV reader does."""
+    are skipped, as every CSV reader does. Fresh lists and dicts every call (callers edit them)."""
+    if len(text) > MAX_CACHED_TABLE:
+        return _read_csv(text)
+    header, rows = _read_csv_once(text)
+    return list(header), [dict(row) for row in rows]
+
+
+#: tables up to this many characters are read once (the reviews and the judge read the same
+#: small tables of one task many times); larger ones are read every time and never kept
+MAX_CACHED_TABLE = 1 << 16
+
+
+@functools.lru_cache(maxsize=1024)
+def _read_csv_once(text: str) -> tuple[tuple[str, ...], tuple[dict[str, str], ...]]:
+    header, rows = _read_csv(text)
+    return tuple(header), tuple(rows)
+
+
+def _read_csv(text: str) -> tuple[list[str], list[dict[str, str]]]:
     rows: list[list[str]] = []
     failure = None
     reader = csv.reader(io.StringIO(text))
@@ -176,6 +194,9 @@ def parse_csv(text: str) -> tuple[list[str], list[dict[str, str]]]:
 
 
 def _cells_problem(cells: list[str]) -> str | None:
+    joined = "".join(cells)
+    if len(joined) <= MAX_FIELD_CHARS and "\x00" not in joined:
+        return None
     if any("\x00" in cell for cell in cells):
         return "a NUL byte"
     if any(len(cell) > MAX_FIELD_CHARS for cell in cells):
