@@ -15,10 +15,12 @@ import pytest
 from interlock.core.config import write_params
 from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
+from interlock.judging.agent import AgentJudge
 from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.catalog import load_catalog
 from interlock.synthesis.graph import build_graph
 from interlock.synthesis.packs import compile_pack
+from interlock.synthesis.tasks import TaskContext
 
 from helpers.repo import SMOKE, commit, dvc, tracked_copy, tree_digest
 
@@ -41,6 +43,19 @@ def tasks(catalog):
         graph = build_graph(blueprint, domain)
         built.append((domain, blueprint, graph, compile_pack(graph, domain)))
     return built
+
+
+@pytest.fixture(scope="session")
+def contexts(tasks) -> list[TaskContext]:
+    """The fixture tasks as the rollout engine and the judges take them."""
+    return [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in tasks]
+
+
+@pytest.fixture(scope="session")
+def agent_judge() -> Iterator[AgentJudge]:
+    """One agent judge (two sandbox workers) for the whole session: its workers start once."""
+    with AgentJudge(workers=2) as judge:
+        yield judge
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from interlock.core.chat import ToolCall
-from interlock.judging.agent import AgentJudge
 from interlock.judging.text import TextJudge
 from interlock.judging.verdicts import QUOTE, Judgement, accepted, render_transcript
 from interlock.rollout.runs import scripted_rollouts
@@ -55,17 +54,6 @@ TARGETS: dict[str, tuple[str, set[str], str]] = {
     "transcript_forgery": ("realization", {"realization"}, r"0 records with|\(expected '"),
 }
 HEADER = re.compile(r"^(ASSISTANT|USER|TOOL \([A-Za-z_?][A-Za-z0-9_]*\)):$")
-
-
-@pytest.fixture(scope="module")
-def contexts(tasks) -> list[TaskContext]:
-    return [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in tasks]
-
-
-@pytest.fixture(scope="module")
-def agent_judge():
-    with AgentJudge(workers=2) as judge:
-        yield judge
 
 
 @pytest.fixture(scope="module")

@@ -27,13 +27,11 @@ from interlock.evaluation.metrics import (
     summarize_pool,
 )
 from interlock.evaluation.run import Model, checkpoint_models, run_evaluation
-from interlock.judging.agent import AgentJudge
 from interlock.rollout.engine import RolloutLimits, run_episodes
 from interlock.rollout.runs import plan_episodes
 from interlock.rollout.scripted import ScriptedBackend
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.packs import Criterion
-from interlock.synthesis.tasks import TaskContext
 
 SETTINGS = RunSettings(attempts=2, seed=11, limits=RolloutLimits(max_turns=12), batch_size=4)
 TABLES = ("trajectories.parquet", "results.parquet", "verdicts.parquet")
@@ -46,17 +44,6 @@ def scripted(name: str, policy: str | None = None, **rates: float) -> Model:
 MODELS = (scripted("oracle"), scripted("noisy", skip_effect=1.0, ignore_coupling=0.0), scripted("claim_only"))
 
 
-@pytest.fixture(scope="module")
-def contexts(tasks) -> list[TaskContext]:
-    return [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in tasks]
-
-
-@pytest.fixture(scope="module")
-def judge():
-    with AgentJudge(workers=2) as shared:
-        yield shared
-
-
 def evaluate(contexts, judge, root: Path, models=MODELS, extra=(), resamples: int = 200):
     pool = AdmittedPool("benchmark", contexts, judge=judge)
     return run_evaluation(list(models), [pool, *extra], SETTINGS, out=root / "evaluation",
@@ -65,9 +52,9 @@ def evaluate(contexts, judge, root: Path, models=MODELS, extra=(), resamples: in
 
 
 @pytest.fixture(scope="module")
-def evaluated(contexts, judge, tmp_path_factory):
+def evaluated(contexts, agent_judge, tmp_path_factory):
     root = tmp_path_factory.mktemp("evaluation")
-    return root, evaluate(contexts, judge, root)
+    return root, evaluate(contexts, agent_judge, root)
 
 
 # ----------------------------------------------------------------------------- known truth
@@ -130,15 +117,16 @@ def test_outputs_are_written_aligned_with_model_prefixed_ids(evaluated, contexts
     assert table["oracle"]["delta_pass_rate"] == 0.0 and table["noisy"]["delta_pass_rate"] == -1.0
 
 
-def test_the_same_parameters_give_the_same_bytes(evaluated, contexts, judge, tmp_path) -> None:
+def test_the_same_parameters_give_the_same_bytes(evaluated, contexts, agent_judge, tmp_path) -> None:
     root, first = evaluated
-    again = evaluate(contexts, judge, tmp_path)
+    again = evaluate(contexts, agent_judge, tmp_path)
     for name in TABLES:
         assert (tmp_path / "evaluation" / name).read_bytes() == (root / "evaluation" / name).read_bytes()
     assert again.metrics == first.metrics
 
 
-def test_a_killed_evaluation_resumes_without_reloading_finished_models(contexts, judge, tmp_path) -> None:
+def test_a_killed_evaluation_resumes_without_reloading_finished_models(contexts, agent_judge,
+                                                                        tmp_path) -> None:
     loads: list[str] = []
 
     class Killed(Exception):
@@ -153,10 +141,12 @@ def test_a_killed_evaluation_resumes_without_reloading_finished_models(contexts,
         return Model(name, load)
 
     with pytest.raises(Killed):
-        evaluate(contexts[:2], judge, tmp_path, models=[counted("oracle"), counted("claim_only", fail=True)])
+        evaluate(contexts[:2], agent_judge, tmp_path,
+                 models=[counted("oracle"), counted("claim_only", fail=True)])
     assert (tmp_path / "work").exists() and not (tmp_path / "evaluation").exists()
     loads.clear()
-    evaluation = evaluate(contexts[:2], judge, tmp_path, models=[counted("oracle"), counted("claim_only")])
+    evaluation = evaluate(contexts[:2], agent_judge, tmp_path,
+                          models=[counted("oracle"), counted("claim_only")])
     assert loads == ["claim_only"]
     assert evaluation.metrics["pools"]["benchmark"]["models"]["oracle"]["pass_rate"]["value"] == 1.0
 
@@ -321,10 +311,11 @@ class SubmitBench:
         self.closed = True
 
 
-def test_an_external_adapter_brings_its_own_tasks_episodes_and_grading(contexts, judge, tmp_path) -> None:
+def test_an_external_adapter_brings_its_own_tasks_episodes_and_grading(contexts, agent_judge,
+                                                                       tmp_path) -> None:
     extra = SubmitBench(contexts[:2])
     models = [scripted("oracle"), scripted("loop", "tool_loop")]
-    evaluation = evaluate(contexts[:2], judge, tmp_path, models=models, extra=[extra])
+    evaluation = evaluate(contexts[:2], agent_judge, tmp_path, models=models, extra=[extra])
     assert extra.closed
     pools = evaluation.metrics["pools"]
     assert list(pools) == ["benchmark", "submits"]

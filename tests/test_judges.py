@@ -37,17 +37,6 @@ POLICIES = ("oracle", "noisy", "claim_only", "collateral_damage")
 
 
 @pytest.fixture(scope="module")
-def agent_judge():
-    with AgentJudge(workers=2) as judge:
-        yield judge
-
-
-@pytest.fixture(scope="module")
-def contexts(tasks) -> list[TaskContext]:
-    return [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in tasks]
-
-
-@pytest.fixture(scope="module")
 def packs(contexts):
     return [c.pack for c in contexts]
 

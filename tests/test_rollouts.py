@@ -13,7 +13,6 @@ import pytest
 from interlock.core import schemas
 from interlock.core.chat import ToolCall, parse_turn, render_turn
 from interlock.core.io import read_rows
-from interlock.judging.agent import AgentJudge
 from interlock.judging.verdicts import accepted
 from interlock.rollout.engine import RolloutLimits, run_episodes
 from interlock.rollout.runs import plan_episodes, run_rollouts
@@ -81,12 +80,6 @@ def test_noisy_solvers_open_a_completion_gap(tasks, tmp_path):
                               ScriptedBackend("noisy", seed=2, skip_effect=0.1, ignore_coupling=0.0),
                               RolloutLimits(), tmp_path))
     assert [t.to_row() for t in again] == [t.to_row() for t in trajectories]
-
-
-@pytest.fixture(scope="module")
-def agent_judge():
-    with AgentJudge(workers=2) as judge:
-        yield judge
 
 
 def _tree(root: Path, skip: Path) -> dict[str, float]:

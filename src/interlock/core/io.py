@@ -28,9 +28,14 @@ def dumps(value: object, *, sort_keys: bool = True) -> str:
 
 
 def canonical(value: object) -> object:
-    """``value`` as its canonical JSON reads back (keys sorted at every level): what a record
-    stored through :func:`dumps` will be, so code given it behaves the same before and after."""
-    return json.loads(dumps(value))
+    """``value`` as its canonical JSON reads back (keys sorted at every level, tuples as lists):
+    what a record stored through :func:`dumps` will be, so code given it behaves the same before
+    and after."""
+    if isinstance(value, dict):
+        return {key: canonical(value[key]) for key in sorted(value)}
+    if isinstance(value, list | tuple):
+        return [canonical(item) for item in value]
+    return value
 
 
 def fingerprint(*parts: object) -> str:

@@ -69,10 +69,10 @@ def _mutants(kind: str, criterion_id: str, node_ids: tuple[str, ...], graph: Com
         entry = _entry(decision)
         yield Mutant(criterion_id, f"no decision recorded for {entry.key}",
                      _without(final, pack.files, entry))
-        for outcome in _other_outcomes(graph, decision):
-            flipped = register_entry(entry.key, outcome, decision.attrs["basis"])
-            yield Mutant(criterion_id, f"{entry.key} recorded as {outcome!r}",
-                         _with(_without(final, pack.files, entry), flipped))
+        outcome = _other_outcome(graph, decision)
+        flipped = register_entry(entry.key, outcome, decision.attrs["basis"])
+        yield Mutant(criterion_id, f"{entry.key} recorded as {outcome!r}",
+                     _with(_without(final, pack.files, entry), flipped))
     elif kind == "realization":
         realization = Realization.from_dict(graph.by_id[node_ids[1]].attrs["realization"])
         yield Mutant(criterion_id, f"{realization.path} {realization.key} not written",
@@ -107,12 +107,13 @@ def _case(graph: CompletionGraph, decision: Node) -> tuple[dict, list[Outcome]]:
     return row, DECISION_KINDS[decision.subkind].alternatives(row, rule, options)
 
 
-def _other_outcomes(graph: CompletionGraph, decision: Node) -> list[str]:
-    """Outcomes this case might be mistaken for: those its rule admits, and those other cases of
-    the task received."""
+def _other_outcome(graph: CompletionGraph, decision: Node) -> str:
+    """The outcome this case is likeliest to be mistaken for: another its rule admits, else one
+    another case of the task received, else its own negation."""
     _, alternatives = _case(graph, decision)
     seen = [o.value for o in alternatives] + [d.attrs["outcome"] for d in graph.of_kind("decision")]
-    return sorted(set(seen) - {decision.attrs["outcome"]})
+    intended = decision.attrs["outcome"]
+    return next((value for value in seen if value != intended), f"not {intended}")
 
 
 def _coupling_breaks(criterion_id: str, hyper, graph: CompletionGraph, pack: TaskPack, domain: Domain,

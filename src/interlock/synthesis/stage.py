@@ -93,7 +93,7 @@ def run_packs(domains_path: Path, graphs_dir: Path, out: Path) -> int:
     catalog = load_domains(domains_path)
     return _map_to_tables(
         iter_graphs(graphs_dir), out, schemas.PACK_TABLES,
-        lambda graph: pack_rows(compile_pack(graph, catalog[graph.domain_id])),
+        lambda graph: pack_rows(compile_pack(graph, catalog[graph.domain_id], made_by_domain=True)),
         total=count_rows(graphs_dir / "tasks.parquet", schemas.GRAPH_TABLES["tasks"]), stage="packs")
 
 
