@@ -38,7 +38,7 @@ def test_the_guides_example_compiles_with_its_reference_and_is_admitted(example)
     graph, pack = example["graph"], example["pack"]
     assert pack.task_id == graph.task_id and pack.reference
     assert [s["tool"] for s in pack.reference][-1] == "submit"
-    verdict = review_pack(graph, pack)["verdicts"][0]
+    verdict = review_pack(graph, pack, example["domain"])["verdicts"][0]
     assert verdict["admitted"], verdict["reasons"]
     assert example["verdict"] == verdict
 

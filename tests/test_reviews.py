@@ -22,7 +22,7 @@ from interlock.synthesis.packs import REQUEST_PATH, compile_pack, pack_rows
 
 def test_clean_packs_pass_every_review(tasks):
     for domain, _, graph, pack in tasks:
-        verdict = review_pack(graph, pack)["verdicts"][0]
+        verdict = review_pack(graph, pack, domain)["verdicts"][0]
         assert verdict["admitted"], (domain.id, verdict["reasons"])
 
 
@@ -182,7 +182,7 @@ def test_verdict_lists_every_reason(tasks):
     domain, _, graph, pack = copy.deepcopy(tasks[0])
     effect = _effect(graph)
     pack.contract = [item for item in pack.contract if effect.node_id not in item["node_ids"]]
-    verdict = review_pack(graph, pack)["verdicts"][0]
+    verdict = review_pack(graph, pack, domain)["verdicts"][0]
     assert not verdict["admitted"] and not verdict["coverage_ok"] and verdict["critic_ok"]
     assert any(effect.node_id in reason for reason in verdict["reasons"])
 

@@ -32,7 +32,6 @@ UNCOVERED_CASE = "UNCOVERED-0"
 
 @dataclass(frozen=True)
 class Mutant:
-    criterion_id: str
     name: str  # what was corrupted, in words
     files: dict[str, str]
 
@@ -45,8 +44,7 @@ def mutation_controls(graph: CompletionGraph, pack: TaskPack, domain: Domain,
     for criterion in pack.rubric:
         if not criterion.mandatory:
             continue
-        mutants = list(_mutants(criterion.kind, criterion.criterion_id, criterion.node_ids, graph, pack,
-                                domain, final))
+        mutants = list(_mutants(criterion.kind, criterion.node_ids, graph, pack, domain, final))
         if not mutants:  # reported (killed None), not refused: the task, not its check, is slack
             rows.append({"task_id": pack.task_id, "criterion_id": criterion.criterion_id,
                          "kind": criterion.kind, "mutant": NEVER_BINDS, "killed": None, "evidence": ""})
@@ -62,34 +60,34 @@ def mutation_controls(graph: CompletionGraph, pack: TaskPack, domain: Domain,
     return rows, problems
 
 
-def _mutants(kind: str, criterion_id: str, node_ids: tuple[str, ...], graph: CompletionGraph, pack: TaskPack,
-             domain: Domain, final: dict[str, str]) -> Iterator[Mutant]:
+def _mutants(kind: str, node_ids: tuple[str, ...], graph: CompletionGraph, pack: TaskPack, domain: Domain,
+             final: dict[str, str]) -> Iterator[Mutant]:
     if kind == "primary":
         decision = graph.by_id[node_ids[0]]
         entry = _entry(decision)
-        yield Mutant(criterion_id, f"no decision recorded for {entry.key}",
+        yield Mutant(f"no decision recorded for {entry.key}",
                      _without(final, pack.files, entry))
         outcome = _other_outcome(graph, decision)
         flipped = register_entry(entry.key, outcome, decision.attrs["basis"])
-        yield Mutant(criterion_id, f"{entry.key} recorded as {outcome!r}",
+        yield Mutant(f"{entry.key} recorded as {outcome!r}",
                      _with(_without(final, pack.files, entry), flipped))
     elif kind == "realization":
         realization = Realization.from_dict(graph.by_id[node_ids[1]].attrs["realization"])
-        yield Mutant(criterion_id, f"{realization.path} {realization.key} not written",
+        yield Mutant(f"{realization.path} {realization.key} not written",
                      _without(final, pack.files, realization))
         field, value = _altered(realization)
         altered = Realization(realization.op, realization.path, realization.key,
                               {**realization.fields, field: value})
-        yield Mutant(criterion_id, f"{realization.path} {realization.key} with {field}={value!r}",
+        yield Mutant(f"{realization.path} {realization.key} with {field}={value!r}",
                      _with(_without(final, pack.files, realization), altered))
     elif kind == "coupling":
         hyper = next(h for h in graph.hyperedges if h.hyperedge_id == node_ids[0])
-        yield from _coupling_breaks(criterion_id, hyper, graph, pack, domain, final)
+        yield from _coupling_breaks(hyper, graph, pack, domain, final)
     elif kind == "no_collateral":
         case_id = next((n.attrs["row"]["id"] for n in graph.of_kind("evidence")
                         if n.distractor and n.subkind == "record"), UNCOVERED_CASE)
         fallback = domain.decision.fallback
-        yield Mutant(criterion_id, f"a decision recorded for {case_id}, which no decision covers",
+        yield Mutant(f"a decision recorded for {case_id}, which no decision covers",
                      _with(final, register_entry(case_id, fallback, RULE_CLAUSE)))
 
 
@@ -116,7 +114,7 @@ def _other_outcome(graph: CompletionGraph, decision: Node) -> str:
     return next((value for value in seen if value != intended), f"not {intended}")
 
 
-def _coupling_breaks(criterion_id: str, hyper, graph: CompletionGraph, pack: TaskPack, domain: Domain,
+def _coupling_breaks(hyper, graph: CompletionGraph, pack: TaskPack, domain: Domain,
                      final: dict[str, str]) -> Iterator[Mutant]:
     """Each single member moved to another admissible outcome where the constraint then fails,
     its register row and effects rewritten to match (so only the constraint is wrong)."""
@@ -135,7 +133,7 @@ def _coupling_breaks(criterion_id: str, hyper, graph: CompletionGraph, pack: Tas
         moved += [r for _, r in realizations(domain, graph.effects_per_decision, row, outcome, basis)]
         for effect in moved:
             files = _with(files, effect)
-        yield Mutant(criterion_id, f"{row['id']} moved to {outcome.value!r}, breaking {hyper.hyperedge_id}",
+        yield Mutant(f"{row['id']} moved to {outcome.value!r}, breaking {hyper.hyperedge_id}",
                      files)
 
 

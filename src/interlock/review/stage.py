@@ -22,18 +22,16 @@ from interlock.review.execution import ExecutionGate
 from interlock.review.leaks import leak_problems
 from interlock.review.mutations import mutation_controls
 from interlock.rollout.solvers import solver_backend
-from interlock.synthesis.catalog import Catalog, Domain, load_catalog
+from interlock.synthesis.catalog import Catalog, Domain
 from interlock.synthesis.graph import CompletionGraph
 from interlock.synthesis.packs import TaskPack
 from interlock.synthesis.tasks import TaskContext, iter_graphs, iter_packs, load_domains
 
 
-def review_pack(graph: CompletionGraph, pack: TaskPack,
-                domain: Domain | None = None) -> dict[str, list[dict]]:
+def review_pack(graph: CompletionGraph, pack: TaskPack, domain: Domain) -> dict[str, list[dict]]:
     """Both reviews, the leak review, the controls and the mutation controls for one task; the
-    verdict admits it only if all are clean. ``domain``: the task's catalog entry (default: the
-    packaged catalog's)."""
-    domain = domain or load_catalog()[pack.domain_id]
+    verdict admits it only if all are clean. ``domain``: the task's catalog entry (the mutation
+    controls write the effects another outcome would have)."""
     coverage = coverage_problems(graph, pack)
     critic = critic_problems(pack)
     leaks = leak_problems(graph, pack)
