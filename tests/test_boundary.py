@@ -38,6 +38,8 @@ from interlock.synthesis.workspace import materialize
 from helpers.boundary import require_boundary
 from helpers.repo import REPO
 
+READ_ONLY_MOUNTS = sandbox.read_only_mounts()
+
 TIGHT = Limits(cpu_seconds=2, wall_seconds=5, memory_mb=256, file_mb=1, output_chars=6000)
 FILES = {"out/decisions.csv": "case_id,outcome\nC-1,approved\n", "cases.csv": "id,amount\nC-1,420\n"}
 #: (audit hook, user namespace) for each way a script is run
@@ -281,6 +283,23 @@ def test_a_check_runs_behind_each_layering(layers: str, workspace: Path) -> None
     assert {"netns", "pivot-root", "no-capabilities", "no-new-privs", "rlimits"} <= set(result.isolation)
     assert ("audit-hook" in result.isolation) == hook
     assert not (workspace / "note.txt").exists()  # its copy changed, not the workspace
+
+
+def test_an_environment_under_tmp_shows_inside_the_scripts_tmp(layers: str, monkeypatch,
+                                                                tmp_path: Path, workspace: Path) -> None:
+    """A checkout cloned under /tmp puts its virtual environment there, where the script's own
+    /tmp is mounted: both must show (the read-only folder inside the writable one)."""
+    library = tmp_path / "venv" / "lib"
+    library.mkdir(parents=True)
+    (library / "marker.txt").write_text("installed")
+    monkeypatch.setattr(sandbox, "read_only_mounts", lambda: [*READ_ONLY_MOUNTS, str(tmp_path / "venv")])
+    code = (f"import os\nassert open({str(library / 'marker.txt')!r}).read() == 'installed'\n"
+            f"open('/tmp/scratch.txt', 'w').write('ok')\n"
+            f"try:\n    open({str(library / 'new.txt')!r}, 'w')\nexcept OSError:\n    pass\n"
+            f"else:\n    raise SystemExit('the environment is writable')\n")
+    result = run_script(code, workspace, TIGHT)
+    assert result.passed, (result.reason, result.output)
+    assert not (library / "new.txt").exists()
 
 
 # ----------------------------------------------------------------------------- seen from outside

@@ -261,14 +261,8 @@ def enter_boundary(kernel: Kernel, job: dict) -> tuple[bool, list[str]]:
     root = job["root"]
     os.umask(0o022)
     kernel.mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
-    for path in job["mounts"]:
-        if os.path.islink(path):  # /lib -> usr/lib on a merged /usr
-            os.makedirs(os.path.dirname(root + path), exist_ok=True)
-            os.symlink(os.readlink(path), root + path)
-        elif os.path.exists(path):
-            _bind_readonly(kernel, path, root + path, MS_NODEV)
-    for device in DEVICES:
-        _bind_readonly(kernel, f"/dev/{device}", f"{root}/dev/{device}", MS_NOEXEC)
+    # the writable folders first, the read-only mounts on top: a virtual environment under /tmp
+    # (a checkout cloned there) then shows inside the script's /tmp instead of colliding with it
     owner = "" if userns else f",uid={NOBODY},gid={NOBODY}"
     scratch = job["scratch_mb"] << 20
     os.mkdir(root + WORKSPACE)
@@ -281,6 +275,14 @@ def enter_boundary(kernel: Kernel, job: dict) -> tuple[bool, list[str]]:
                 os.lchown(os.path.join(parent, name), NOBODY, NOBODY)
     os.mkdir(root + TMP)
     kernel.mount("tmpfs", root + TMP, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={scratch}{owner}")
+    for path in job["mounts"]:
+        if os.path.islink(path):  # /lib -> usr/lib on a merged /usr
+            os.makedirs(os.path.dirname(root + path), exist_ok=True)
+            os.symlink(os.readlink(path), root + path)
+        elif os.path.exists(path):
+            _bind_readonly(kernel, path, root + path, MS_NODEV)
+    for device in DEVICES:
+        _bind_readonly(kernel, f"/dev/{device}", f"{root}/dev/{device}", MS_NOEXEC)
     kernel.mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     kernel.sethostname("sandbox")
     kernel.pivot_root(root)
