@@ -17,9 +17,8 @@ from interlock.synthesis.catalog import Domain
 from interlock.synthesis.checks import View, run_check
 from interlock.synthesis.graph import RULE_CLAUSE, CompletionGraph, Node
 from interlock.synthesis.kinds.couplings import breaking_moves
-from interlock.synthesis.kinds.decisions import DECISION_KINDS, Outcome
 from interlock.synthesis.kinds.effects import Realization, realizations, register_entry
-from interlock.synthesis.packs import TaskPack
+from interlock.synthesis.packs import TaskPack, admitted_outcomes
 from interlock.synthesis.workspace import MemoryStore, execute, format_csv, parse_csv, parse_jsonl
 
 #: a mandatory criterion no single decision change can fail: a coupling of the graph that never
@@ -96,19 +95,10 @@ def _entry(decision: Node) -> Realization:
     return register_entry(a["case_id"], a["outcome"], a["basis"])
 
 
-def _case(graph: CompletionGraph, decision: Node) -> tuple[dict, list[Outcome]]:
-    """A decision's case row and the outcomes its rule admits (coupling aside), best first."""
-    sources = graph.sources(decision.node_id, "grounding")
-    row = next(n.attrs["row"] for n in sources if n.subkind == "record")
-    options = [n.attrs["row"] for n in sources if n.subkind == "option"]
-    rule = graph.clause(RULE_CLAUSE).attrs["rule"]
-    return row, DECISION_KINDS[decision.subkind].alternatives(row, rule, options)
-
-
 def _other_outcome(graph: CompletionGraph, decision: Node) -> str:
     """The outcome this case is likeliest to be mistaken for: another its rule admits, else one
     another case of the task received, else its own negation."""
-    _, alternatives = _case(graph, decision)
+    _, alternatives = admitted_outcomes(graph, decision)
     seen = [o.value for o in alternatives] + [d.attrs["outcome"] for d in graph.of_kind("decision")]
     intended = decision.attrs["outcome"]
     return next((value for value in seen if value != intended), f"not {intended}")
@@ -119,7 +109,7 @@ def _coupling_breaks(hyper, graph: CompletionGraph, pack: TaskPack, domain: Doma
     """Each single member moved to another admissible outcome where the constraint then fails,
     its register row and effects rewritten to match (so only the constraint is wrong)."""
     members = [graph.by_id[m] for m in hyper.members]
-    cases = [_case(graph, d) for d in members]
+    cases = [admitted_outcomes(graph, d) for d in members]
     moves = breaking_moves(hyper.kind, hyper.params, [alternatives for _, alternatives in cases],
                            [graph.outcome(d) for d in members])
     for position, outcome in moves:

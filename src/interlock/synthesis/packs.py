@@ -194,20 +194,25 @@ def scripted_rubric(graph: CompletionGraph, domain: Domain,
     return rubric, checks
 
 
+def admitted_outcomes(graph: CompletionGraph, decision: Node) -> tuple[dict, list]:
+    """A decision's case row and the outcomes its rule admits (couplings aside), best first."""
+    sources = graph.sources(decision.node_id, "grounding")
+    row = next(n.attrs["row"] for n in sources if n.subkind == "record")
+    options = [n.attrs["row"] for n in sources if n.subkind == "option"]
+    rule = graph.clause(RULE_CLAUSE).attrs["rule"]
+    return row, DECISION_KINDS[decision.subkind].alternatives(row, rule, options)
+
+
 def coupling_check(graph: CompletionGraph, domain: Domain, hyper) -> dict:
     """A joint constraint over the outcomes the register records, and over what was realized: for
     each member and each outcome it may have, what its effects write (``effects``: file -> outcome
     -> the fields that carry the outcome, or None where that outcome writes no record there), so a
     register that says "deferred" beside a payment that was made anyway fails."""
-    kind = DECISION_KINDS[domain.decision.kind]
-    rule = graph.clause(RULE_CLAUSE).attrs["rule"]
     members, effects = {}, {}
     for member in hyper.members:
         decision = graph.by_id[member]
         case_id = decision.attrs["case_id"]
-        row = next(n.attrs["row"] for n in graph.sources(member, "grounding") if n.subkind == "record")
-        options = [n.attrs["row"] for n in graph.sources(member, "grounding") if n.subkind == "option"]
-        alternatives = kind.alternatives(row, rule, options)
+        row, alternatives = admitted_outcomes(graph, decision)
         members[case_id] = {o.value: o.amount for o in alternatives if not o.fallback}
         effects[case_id] = realized_by_outcome(domain, graph.effects_per_decision, row, alternatives,
                                                decision.attrs["basis"])
