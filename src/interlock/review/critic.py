@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from interlock.core.chat import ToolCall
+from interlock.review.controls import ReferenceRun
 from interlock.synthesis.checks import View, run_check
 from interlock.synthesis.kinds.couplings import COUPLING_KINDS, Constraint, resolve
 from interlock.synthesis.kinds.decisions import DECISION_KINDS
@@ -26,6 +27,13 @@ class NotDerivable(Exception):
 
 def public_solution(files: dict[str, str]) -> tuple[list[ToolCall], MemoryStore]:
     """Solve from the public request and workspace only; return the calls and the final state."""
+    calls = public_calls(files)
+    _, final = replay(files, calls)
+    return calls, final
+
+
+def public_calls(files: dict[str, str]) -> list[ToolCall]:
+    """The tool calls that solve the task from the public request and workspace only."""
     request = files.get(REQUEST_PATH)
     if request is None:
         raise NotDerivable("the workspace has no request")
@@ -92,21 +100,28 @@ def public_solution(files: dict[str, str]) -> tuple[list[ToolCall], MemoryStore]
             if kind.every_outcome or not choice.outcome.fallback:
                 calls.append(kind.realize(words, by_id[case_id], choice.outcome, choice.basis).tool_call())
     calls.append(ToolCall("submit", {}))
-    _, final = replay(files, calls)
-    return calls, final
+    return calls
 
 
-def critic_problems(pack: TaskPack) -> list[dict]:
-    """The criteria a solver with only public material cannot satisfy, and why."""
+def critic_problems(pack: TaskPack, reference: ReferenceRun | None = None) -> list[dict]:
+    """The criteria a solver with only public material cannot satisfy, and why. Where the public
+    solution ends in the reference solution's final state (``reference``, already run), the
+    checks' results there are the reference's, so they are not computed twice."""
+    files = pack.public_files()
     try:
-        _, final = public_solution(pack.public_files())
+        calls = public_calls(files)
     except (NotDerivable, KeyError, ValueError) as exc:
         reason = f"cannot be solved from public material: {exc}"
         return [{"criterion_id": c.criterion_id, "problem": reason} for c in pack.rubric]
-    view = View(final)
+    _, final = replay(files, calls)
+    if reference is not None and final.contents == reference.final.contents:
+        results = reference.results
+    else:
+        view = View(final)
+        results = {c.criterion_id: run_check(pack.checks[c.criterion_id], view) for c in pack.rubric}
     problems = []
     for criterion in pack.rubric:
-        passed, evidence = run_check(pack.checks[criterion.criterion_id], view)
+        passed, evidence = results[criterion.criterion_id]
         if not passed:
             problems.append({"criterion_id": criterion.criterion_id,
                              "problem": f"not derivable from public material ({criterion.kind}): {evidence}"})

@@ -15,7 +15,7 @@ from interlock.core.paths import Paths
 from interlock.core.runner import task_progress
 from interlock.core.tracking import StageReport
 from interlock.judging.agent import AgentJudge
-from interlock.review.controls import control_problems, replay_reference
+from interlock.review.controls import control_problems, run_reference
 from interlock.review.coverage import coverage_problems
 from interlock.review.critic import critic_problems
 from interlock.review.execution import ExecutionGate
@@ -33,11 +33,11 @@ def review_pack(graph: CompletionGraph, pack: TaskPack, domain: Domain) -> dict[
     verdict admits it only if all are clean. ``domain``: the task's catalog entry (the mutation
     controls write the effects another outcome would have)."""
     coverage = coverage_problems(graph, pack)
-    critic = critic_problems(pack)
+    reference = run_reference(pack)
+    critic = critic_problems(pack, reference)
     leaks = leak_problems(graph, pack)
-    reference = replay_reference(pack)
     controls = control_problems(pack, reference)
-    mutants, unkilled = mutation_controls(graph, pack, domain, reference[1].contents)
+    mutants, unkilled = mutation_controls(graph, pack, domain, reference.final.contents)
     reasons = sorted({p["problem"] for p in [*coverage, *critic, *leaks]}
                      | {f"control {p['control']} of {p['criterion_id'] or 'reference'}: {p['evidence']}"
                         for p in controls}

@@ -34,7 +34,8 @@ def rollouts(params: Params, paths: Paths) -> StageReport:
     backend, policy = solver_backend(config.solver, params, checkpoint, config.policy)
     noisy = params.scale.validation if config.solver == "noisy" else None
     # names the resumable parts: a run under other settings starts afresh
-    run_id = fingerprint(params.seed, config.model_dump(), backbone.name, backbone.backend, backbone.dtype,
+    run_id = fingerprint(params.seed, config.model_dump(), backbone.name, backbone.backend, backbone.gguf,
+                         backbone.dtype,
                          backbone.max_context, backbone.generation.model_dump(), read_manifest(checkpoint),
                          noisy and [noisy.skip_effect, noisy.ignore_coupling])
     episodes = plan_episodes(admitted_tasks(paths, load_domains(paths.domains), "rft"),

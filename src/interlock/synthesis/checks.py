@@ -30,6 +30,8 @@ def same(actual: object, expected: object) -> bool:
     Unicode normalisation, after trimming ASCII whitespace only, so a Kelvin sign, fullwidth
     letters or a no-break space never equal their ASCII look-alikes; ASCII numbers up to their
     formatting ("420" == "420.00")."""
+    if actual.__class__ is str and actual == expected:  # the common case, decided at once
+        return True
     a, e = str(actual).strip(ASCII_SPACE), str(expected).strip(ASCII_SPACE)
     if a == e:
         return True

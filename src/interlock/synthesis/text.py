@@ -34,8 +34,16 @@ class Template:
     def render(self, **values: object) -> str:
         return self.pattern.format(**values)
 
+    @cached_property
+    def _prefix(self) -> str:
+        """The literal text before the first slot: most lines a parser is offered fail on it."""
+        return self.pattern.split("{", 1)[0]
+
     def parse(self, text: str) -> dict[str, str] | None:
-        match = self._regex.fullmatch(text.strip())
+        text = text.strip()
+        if not text.startswith(self._prefix):
+            return None
+        match = self._regex.fullmatch(text)
         return match.groupdict() if match else None
 
 

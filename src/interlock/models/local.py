@@ -1,0 +1,127 @@
+"""What the two local model backends (``transformers``, ``llamacpp``) share: the prompt as the
+checkpoint's tokenizer renders it, the stop tokens, the sampling rule and the accounting, so the
+two differ only in how they compute logits and keep each episode's conversation cached.
+
+Sampling: greedy at temperature 0, else a softmax sample from a :class:`torch.Generator` seeded
+with the request's ``seed`` (so a turn is reproducible given its seed and its logits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from interlock.core.backend import ChatRequest, Completion, EpisodeTask
+from interlock.models.chat_template import END_OF_TEXT, IM_END, IM_START, openai_tools
+
+
+@dataclass
+class BackendStats:
+    """What the backend computed (tokens) and how long it took; for benchmarks and logs."""
+
+    requests: int = 0
+    prompt_tokens: int = 0  # full prompt lengths, as reported to the caller
+    prefilled_tokens: int = 0  # prompt tokens actually computed
+    reused_tokens: int = 0  # prompt tokens taken from a cache
+    generated_tokens: int = 0
+    decode_steps: int = 0
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+
+    @property
+    def processed_tokens(self) -> int:
+        return self.prefilled_tokens + self.generated_tokens
+
+
+@dataclass
+class Row:
+    """One request of a batch while it is generated."""
+
+    index: int  # position in the request list
+    request: ChatRequest
+    prompt: list[int]
+    generated: list[int]
+    generator: torch.Generator
+    done: str | None = None  # finish reason once finished
+    fed: int = 0  # generated tokens fed back to the model (cached with the prompt)
+    kv: list = field(default_factory=list)  # transformers: per layer, the keys/values of what was fed
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading token ids ``a`` and ``b`` share."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    if a[:n] == b[:n]:
+        return n
+    left = torch.tensor(a[:n]) != torch.tensor(b[:n])
+    return int(left.nonzero()[0, 0])
+
+
+class LocalBackend:
+    """The tokenizer side of a local backend; subclasses compute the rows of :meth:`complete`."""
+
+    name = "local"
+
+    def __init__(self, tokenizer, max_context: int) -> None:
+        self.tokenizer = tokenizer
+        self.max_context = max_context
+        vocab = tokenizer.get_vocab()
+        self.end_id = vocab[IM_END]
+        self.stop_ids = {vocab[t] for t in (IM_END, END_OF_TEXT, IM_START) if t in vocab}
+        if tokenizer.eos_token_id is not None:
+            self.stop_ids.add(tokenizer.eos_token_id)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
+        self.stats = BackendStats()
+
+    def begin(self, key: str, task: EpisodeTask) -> None:
+        """Models know nothing of the task beyond its messages."""
+
+    def prompt_ids(self, request: ChatRequest) -> list[int]:
+        """The request rendered with the chat template (generation prompt appended), as token ids."""
+        text = self.tokenizer.apply_chat_template(
+            [m.to_dict() for m in request.messages], tools=openai_tools(request.tools) or None,
+            add_generation_prompt=True, tokenize=False)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+        results: list[Completion | None] = [None] * len(requests)
+        rows: list[Row] = []
+        for index, request in enumerate(requests):
+            prompt = self.prompt_ids(request)
+            self.stats.requests += 1
+            self.stats.prompt_tokens += len(prompt)
+            if len(prompt) + request.max_new_tokens > self.max_context or len(prompt) < 1:
+                results[index] = Completion("", len(prompt), 0, "context")
+                continue
+            rows.append(Row(index, request, prompt, [], torch.Generator().manual_seed(int(request.seed))))
+        if rows:
+            self._generate(rows)
+        for row in rows:
+            text = self.tokenizer.decode(row.generated, skip_special_tokens=False)
+            results[row.index] = Completion(text, len(row.prompt), len(row.generated) + (row.done == "stop"),
+                                            row.done or "length")
+        return results  # type: ignore[return-value]
+
+    def _generate(self, rows: list[Row]) -> None:
+        """Generate every row until it stops or reaches its ``max_new_tokens``."""
+        raise NotImplementedError
+
+    def sample(self, rows: list[Row], logits: torch.Tensor) -> None:
+        """Each row's next token from its row of ``logits``; marks the rows that finished."""
+        greedy = logits.argmax(dim=-1).tolist()
+        for i, row in enumerate(rows):
+            temperature = row.request.temperature
+            if temperature > 0:
+                probs = torch.softmax(logits[i] / temperature, dim=-1)
+                token = int(torch.multinomial(probs, 1, generator=row.generator))
+            else:
+                token = greedy[i]
+            if token in self.stop_ids:
+                row.done = "stop"
+                continue
+            row.generated.append(token)
+            self.stats.generated_tokens += 1
+            if len(row.generated) >= row.request.max_new_tokens:
+                row.done = "length"
