@@ -15,7 +15,13 @@ from interlock.models.gguf_export import GGUF_FILES, gguf_unsupported
 from interlock.models.llamacpp_backend import LlamaCppBackend
 from interlock.models.transformers_backend import TransformersBackend
 
-from helpers.conversations import TOOLS, opening, play, requests_for
+from helpers.conversations import (
+    TOOLS,
+    check_a_new_episode_borrows_the_shared_prefix,
+    opening,
+    play,
+    requests_for,
+)
 
 
 @pytest.fixture(scope="module")
@@ -105,12 +111,7 @@ def test_sequences_are_freed_and_the_idle_ones_evicted(tiny_checkpoint):
 
 
 def test_a_new_episode_borrows_the_shared_prefix(tiny_checkpoint):
-    engine = llama(tiny_checkpoint)
-    engine.complete(requests_for([opening(0)], 0.0, 0))
-    before = engine.stats.reused_tokens
-    other = ChatRequest("another", tuple(opening(5)), TOOLS, max_new_tokens=2)
-    engine.complete([other])
-    assert engine.stats.reused_tokens - before > 0.5 * len(engine.prompt_ids(other))
+    check_a_new_episode_borrows_the_shared_prefix(llama(tiny_checkpoint))
 
 
 def test_a_prompt_beyond_the_context_ends_without_generating(tiny_checkpoint):

@@ -10,7 +10,13 @@ from interlock.core.chat import Message, ToolCall
 from interlock.models.checkpoint import load_checkpoint
 from interlock.models.transformers_backend import GQA_ATTENTION, TransformersBackend
 
-from helpers.conversations import TOOLS, opening, play, requests_for
+from helpers.conversations import (
+    TOOLS,
+    check_a_new_episode_borrows_the_shared_prefix,
+    opening,
+    play,
+    requests_for,
+)
 
 
 @pytest.fixture(scope="module")
@@ -109,13 +115,7 @@ def test_end_drops_the_episode_cache_and_the_budget_evicts(loaded):
 
 
 def test_a_new_episode_borrows_the_shared_prefix(loaded):
-    engine = backend(loaded)
-    engine.complete(requests_for([opening(0)], 0.0, 0))
-    before = engine.stats.reused_tokens
-    other = ChatRequest("another", tuple(opening(5)), TOOLS, max_new_tokens=2)
-    engine.complete([other])
-    # the system prompt and the tool list were computed once, for the first episode
-    assert engine.stats.reused_tokens - before > 0.5 * len(engine.prompt_ids(other))
+    check_a_new_episode_borrows_the_shared_prefix(backend(loaded))
 
 
 def test_the_backend_uses_gqa_attention_on_cpu(loaded):

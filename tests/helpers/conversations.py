@@ -40,3 +40,12 @@ def play(engine, turns: int, temperature: float = 0.0, fresh=None) -> list[list[
                           Message("tool", f"result {turn} of episode {i}\n" + "row,1\n" * (i + turn),
                                   name="read_file")]
     return history
+
+
+def check_a_new_episode_borrows_the_shared_prefix(engine) -> None:
+    """A second episode reuses the first's cached system prompt and tool list (computed once)."""
+    engine.complete(requests_for([opening(0)], 0.0, 0))
+    before = engine.stats.reused_tokens
+    other = ChatRequest("another", tuple(opening(5)), TOOLS, max_new_tokens=2)
+    engine.complete([other])
+    assert engine.stats.reused_tokens - before > 0.5 * len(engine.prompt_ids(other))
