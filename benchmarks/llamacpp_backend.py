@@ -41,15 +41,15 @@ def backend_for(spec: str, params, checkpoint: Path):
     return make_backend(params.backbone.model_copy(update=update), checkpoint)
 
 
-def with_gguf(checkpoint: Path) -> Path:
+def with_gguf(checkpoint: Path, scratch: Path) -> Path:
     """``checkpoint``, or where it lacks its GGUF files (a run from before they were written), a
-    temporary folder of links to its files with the GGUF files written beside them."""
+    folder under ``scratch`` of links to its files with the GGUF files written beside them."""
     from interlock.models.checkpoint import load_checkpoint, read_manifest
     from interlock.models.gguf_export import GGUF_FILES, write_gguf
 
     if all((checkpoint / name).is_file() for name in GGUF_FILES.values()):
         return checkpoint
-    folder = Path(tempfile.mkdtemp(prefix="interlock-gguf-")) / checkpoint.name
+    folder = scratch / checkpoint.name
     folder.mkdir()
     for path in checkpoint.iterdir():
         (folder / path.name).symlink_to(path.resolve())
@@ -66,6 +66,7 @@ def fidelity(specs: list[str], params, checkpoint: Path, contexts, prompts: int)
     """Greedy completions of the same prompts by every backend, against the first's."""
     from interlock.core.backend import ChatRequest
     from interlock.core.chat import Message, ToolCall
+    from interlock.evaluation.run import release
     from interlock.rollout.engine import SYSTEM_PROMPT
 
     requests = []
@@ -91,7 +92,7 @@ def fidelity(specs: list[str], params, checkpoint: Path, contexts, prompts: int)
             out += backend.complete(requests[i:i + 8])
         seconds[spec] = time.perf_counter() - start
         texts[spec] = [c.text for c in out]
-        getattr(backend, "close", lambda: None)()
+        release(backend)
     reference = texts[specs[0]]
     return {spec: {"prompts": len(requests), "identical": sum(a == b for a, b in zip(texts[spec], reference,
                                                                                      strict=True)),
@@ -168,13 +169,19 @@ def main(argv: list[str] | None = None) -> None:
 
     from interlock.analysis.artifacts import params_paths
     from interlock.core.config import load_params
-    from interlock.synthesis.tasks import admitted_tasks, load_domains
 
     params, paths = load_params(args.params), params_paths(args.params)
     checkpoint = paths.model(params.scale.rollouts.policy)
     if not (checkpoint / "config.json").is_file():
         raise SystemExit(f"no checkpoint at {checkpoint}: run `make repro` first")
-    checkpoint = with_gguf(checkpoint)
+    with tempfile.TemporaryDirectory(prefix="interlock-gguf-") as scratch:
+        measure(args, params, paths, with_gguf(checkpoint, Path(scratch)))
+
+
+def measure(args: argparse.Namespace, params, paths, checkpoint: Path) -> None:
+    """Both parts on ``checkpoint``; print the tables, write the JSON."""
+    from interlock.synthesis.tasks import admitted_tasks, load_domains
+
     contexts = list(admitted_tasks(paths, load_domains(paths.domains), "rft"))
     results = {"checkpoint": str(checkpoint), "backends": args.backends}
     results["fidelity"] = fidelity(args.backends, params, checkpoint, contexts, args.fidelity_prompts)
@@ -185,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.skip_run:
         results["run"] = run = default_run(args.backends, params, paths, checkpoint, args.tasks)
         print("\nThe default run's rollouts (rft) and evaluation (benchmark) through each backend")
-        print("| backend | part | episodes | passed | pass rate [95%] | vs first [95%] | seconds | "
+        print("| backend | part | episodes | passed | pass rate [95%] | vs first [95%] | model s | "
               "generated tok/s | processed tok/s |\n|---|---|---:|---:|---|---|---:|---:|---:|")
         for spec, parts in run.items():
             for part, row in parts.items():
