@@ -59,11 +59,14 @@ def test_every_checkpoint_carries_its_gguf_files_in_the_manifest(tiny_checkpoint
         assert (again / name).read_bytes() == (tiny_checkpoint / name).read_bytes(), name
 
 
-def test_an_architecture_without_export_says_so():
+def test_what_has_no_export_says_so(tiny_checkpoint):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
-    assert "gpt2" in gguf_unsupported(model)
+    model, tokenizer = load_checkpoint(tiny_checkpoint)
+    assert gguf_unsupported(model, tokenizer) is None
+    other = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
+    assert "gpt2" in gguf_unsupported(other, tokenizer)
+    assert "tokenizers" in gguf_unsupported(model, object())
 
 
 def test_f32_gives_the_transformers_backends_greedy_completions(tiny_checkpoint, transformers_engine):

@@ -65,7 +65,7 @@ def save_checkpoint(model, tokenizer, out_dir: Path | str, *, source: str, origi
     out_dir = Path(out_dir)
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.model_max_length = max_context
-    no_gguf = gguf_unsupported(model)
+    no_gguf = gguf_unsupported(model, tokenizer)
     with atomic_output(out_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)

@@ -4,7 +4,8 @@ Training stays in torch; every checkpoint the pipeline saves is also written her
 safetensors, in two precisions (:data:`GGUF_FILES`): ``F32`` (the same weights; llama.cpp's
 greedy completions match the transformers backend's) and ``Q8_0`` (8-bit blocks, about a quarter
 of the size and faster to decode on a CPU). Only Llama-architecture models are written (the tiny
-backbone and SmolLM2 are); for another architecture :func:`gguf_unsupported` says why none is.
+backbone and SmolLM2 are, with byte-level BPE tokenizers); for anything else
+:func:`gguf_unsupported` says why none is written.
 
 Two conversions make the files llama.cpp's: the query and key projections are permuted from the
 Hugging Face rotary layout (the two halves of each head rotated together) to llama.cpp's
@@ -28,8 +29,11 @@ GGUF_FILES = {"F32": "model.f32.gguf", "Q8_0": "model.q8_0.gguf"}
 GGUF_ARCHITECTURES = ("llama",)
 
 
-def gguf_unsupported(model) -> str | None:
-    """Why ``model`` cannot be written as GGUF here, or None."""
+def gguf_unsupported(model, tokenizer) -> str | None:
+    """Why ``model`` and ``tokenizer`` cannot be written as GGUF here, or None."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or json.loads(backend.to_str())["model"].get("type") != "BPE":
+        return "no GGUF: only byte-level BPE tokenizers (fast tokenizers) are exported"
     model_type = model.config.model_type
     if model_type not in GGUF_ARCHITECTURES:
         return f"no GGUF: architecture {model_type!r} is not exported (only {', '.join(GGUF_ARCHITECTURES)})"
@@ -132,8 +136,6 @@ def _add_tokenizer(writer, tokenizer, n_vocab: int) -> None:
     import gguf
 
     backend = json.loads(tokenizer.backend_tokenizer.to_str())
-    if backend["model"].get("type") != "BPE":
-        raise ValueError("only byte-level BPE tokenizers are written to GGUF")
     vocab = tokenizer.get_vocab()
     by_id = {i: token for token, i in vocab.items()}
     special = set(tokenizer.all_special_ids) | {
