@@ -1,8 +1,9 @@
 """The ``llamacpp`` backend: a checkpoint's GGUF file served by llama.cpp on the CPU.
 
-On a laptop's CPU, llama.cpp decodes a small model several times faster than torch (measured on
-2 cores with SmolLM2: see docs/measurements.md), and decoding at small batches is where rollouts
-and evaluation spend their time. The backend keeps the transformers backend's behaviour and
+On a laptop's CPU, llama.cpp decodes a small model at one episode at a time about 4x faster than
+torch; at the default run's 16-32 episodes at a time it decodes 15-29% faster but prefills at
+half the speed, and the two cancel (measured on 2 cores with SmolLM2: docs/measurements.md), so
+the default stays ``transformers``. The backend keeps the transformers backend's behaviour and
 differs only in where logits come from:
 
 - one llama.cpp context holds every live episode as a sequence of its own, each with its own KV
@@ -54,7 +55,7 @@ BATCH_TOKENS = 512
 _GGML_F32, _GGML_F16 = 0, 1
 
 INSTALL_HINT = ("the llamacpp backend needs llama-cpp-python built for this CPU: run `make llamacpp` "
-                "(the Makefile's flags: no AMX or AVX-512, which crash on these machines)")
+                "(the Makefile's flags: this CPU's instruction set but never AMX, which crashes here)")
 
 
 def import_llama_cpp():
