@@ -19,10 +19,9 @@ from interlock.synthesis.workspace import MemoryStore
 @dataclass(frozen=True)
 class ReferenceRun:
     """The reference solution run once per review on a fresh copy of the initial workspace: its
-    calls, steps and final state, and every check's result there (the controls and the critic
-    both need them)."""
+    steps and final state, and every check's result there (the controls and the critic both
+    need them)."""
 
-    calls: list[ToolCall]
     steps: list[dict]
     final: MemoryStore
     results: dict[str, Result]
@@ -34,7 +33,7 @@ def run_reference(pack: TaskPack) -> ReferenceRun:
              for s in sorted(pack.reference, key=lambda s: s["step"])]
     steps, final = replay(pack.files, calls)
     view = View(final)
-    return ReferenceRun(calls, steps, final, {c.criterion_id: run_check(pack.checks[c.criterion_id], view)
+    return ReferenceRun(steps, final, {c.criterion_id: run_check(pack.checks[c.criterion_id], view)
                                               for c in pack.rubric})
 
 
