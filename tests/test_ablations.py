@@ -1,20 +1,39 @@
-"""The two ablations as DVC experiments at the smoke scale: a breadth sweep and a judge sweep run
-through the real DVC queue, then `interlock collect` compares them."""
+"""The ablations as DVC experiments at the smoke scale: a breadth sweep and a judge sweep run
+through the real DVC queue, then `interlock collect` compares them; and, on experiments made up
+here (no pipeline run), the intervention axis and every comparison's minimum detectable effect."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+import yaml
 
-from interlock.analysis.ablations import ablation_frame, plot_breadth, plot_judges, read_experiments
+from interlock.analysis import ablations, cli
+from interlock.analysis.ablations import (
+    Experiment,
+    ablation_frame,
+    axis_comparisons,
+    comparison_table,
+    plot_breadth,
+    plot_interventions,
+    plot_judges,
+    read_experiments,
+)
+from interlock.core import schemas
+from interlock.evaluation.metrics import bootstrap_indices, paired_delta, seed_indices, summarize_pool
 
-from helpers.repo import BIN, user_env
+from helpers.repo import BIN, GIT_USER, user_env
 from helpers.repo import run as _run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,9 +91,11 @@ def test_a_breadth_sweep_holds_the_trajectory_count_and_reruns_only_what_follows
     assert {e.breadth: e.metrics["sample"]["domains"] for e in experiments} == {2: 2, 4: 4}
     for experiment in experiments:
         log = _dvc(swept, "queue", "logs", experiment.name)
-        # accept too where the judge differs from the baseline's (once: then DVC's run cache has it)
+        # accept (and intervene, which follows it) too where the judge differs from the baseline's
+        # (once: then DVC's run cache has it)
         ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")}
-        assert {"sample", "train", "evaluate"} <= ran <= {"accept", "sample", "train", "evaluate"}, log
+        assert {"sample", "train", "evaluate"} <= ran <= {"accept", "intervene", "sample", "train",
+                                                           "evaluate"}, log
 
 
 def test_a_judge_sweep_trains_each_judges_accepted_set(swept) -> None:
@@ -106,7 +127,7 @@ def test_every_run_of_a_sweep_shares_its_wandb_group(swept) -> None:
             assert all(run["config"]["tracking"]["group"] == group for run in own)
 
 
-def test_collect_writes_one_comparison_table_and_both_pictures(swept, tmp_path) -> None:
+def test_collect_writes_the_table_the_comparisons_and_the_pictures(swept, tmp_path) -> None:
     out = tmp_path / "report"
     printed = _run([str(BIN / "interlock"), "collect", "--repo", str(swept), "--group", "breadth",
                     "-o", str(out)], swept)
@@ -118,11 +139,23 @@ def test_collect_writes_one_comparison_table_and_both_pictures(swept, tmp_path) 
     assert sorted(rft["breadth"]) == [2, 4] and set(rft["seeds"]) == {3}
     assert (rft["low"] <= rft["value"]).all() and (rft["value"] <= rft["high"]).all()
     assert rft["judge_seconds_per_rollout"].notna().all()
-    for name in ("breadth.png", "judges.png"):
+    for name in ("breadth.png", "judges.png", "interventions.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    everything = ablation_frame(read_experiments(swept))
+    # every comparison states its MDE: d4 against d2, paired over the per-episode results that
+    # `dvc exp run` left in the DVC cache
+    assert "each ablation's comparison" in printed and "MDE" in printed
+    assert rft["delta_mde"].notna().all() and set(table["intervention"]) == {"none"}
+    compared = pd.read_csv(out / "comparisons.tsv", sep="\t")
+    d4 = compared[(compared["model"] == "rft") & (compared["metric"] == "pass_rate")]
+    assert list(zip(d4["axis"], d4["level"], d4["reference_level"], strict=True)) == [("breadth", 4, 2)]
+    assert d4["paired"].all() and d4["mde"].notna().all() and (d4["low"] <= d4["high"]).all()
+    experiments = read_experiments(swept)
+    everything = ablation_frame(experiments)
     assert everything["experiment"].nunique() == 4
     assert len(plot_breadth(everything).axes) == 4 and len(plot_judges(everything).axes) == 1
+    comparisons = axis_comparisons(experiments)
+    assert set(comparisons["axis"]) == {"breadth", "judge"} and comparisons["paired"].all()
+    assert len(plot_interventions(everything, comparisons=comparisons).axes) == 1
 
 
 def test_collect_without_experiments_says_what_to_run(smoke_repo, tmp_path) -> None:
@@ -143,4 +176,159 @@ def test_the_notebook_shows_the_ablations(swept, venv_kernel, tmp_path, monkeypa
     assert not [o for o in cell.outputs if o["output_type"] == "error"]
     html = "".join(o.get("data", {}).get("text/html", "") for o in cell.outputs)
     assert html.count("<tr>") >= 4 + 1  # 4 experiments x their models, and the header
-    assert sum("image/png" in o.get("data", {}) for o in cell.outputs) == 2
+    assert sum("image/png" in o.get("data", {}) for o in cell.outputs) == 3  # breadth, judges, intervention
+    assert "difference [interval], MDE" in html and "MDE" in html
+
+
+# ----------------------------------------------------------------------------- made-up experiments
+
+SEED, RESAMPLES = 7, 300
+
+
+def _results(model: str, passed: list[bool], seed: int | None = None) -> list[dict]:
+    return [{"model": model, "seed": seed, "pool": "benchmark", "rollout_id": f"{model}-{seed}-t{i:02d}",
+             "task_id": f"t{i:02d}", "domain_id": f"d{i % 4}", "attempt": 0, "passed": p,
+             "score": 0.5 + 0.5 * p, "criterion_pass_rate": 0.5 + 0.5 * p, "criteria": 4, "primary_passed": p,
+             "completion_gap": False, "turns": 4, "tool_calls": 6, "finish_reason": "submitted"}
+            for i, p in enumerate(passed)]
+
+
+def _experiment(name: str, rates: tuple[float, float], *, group: str = "intervention",
+                intervention: str = "none", breadth: int | None = 4, judge: str = "agent",
+                cached: bool = True, tasks: int = 40) -> Experiment:
+    """An experiment with a failing base and an rft of two seeds passing at ``rates``."""
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    rft = [row for k, rate in enumerate(rates) for row in _results("rft", list(rng.random(tasks) < rate), k)]
+    by_model = {"base": _results("base", [False] * tasks), "rft": rft}
+    summary = summarize_pool(by_model, pool="benchmark", seed=SEED, resamples=RESAMPLES, confidence=0.95)
+    evaluate = {"models": list(by_model), "reference": "base", "pools": {"benchmark": summary}}
+    params = {"seed": SEED, "eval": {"bootstrap": RESAMPLES, "confidence": 0.95},
+              "tracking": {"group": group}, "domains": {"count": breadth}, "judge": {"name": judge},
+              "intervention": {"name": intervention}}
+    return Experiment(name, "0" * 40, params, {"evaluate": evaluate, "train": {"seeds": 2}},
+                      [r for rows in by_model.values() for r in rows] if cached else None)
+
+
+@pytest.fixture(scope="module")
+def made_up() -> list[Experiment]:
+    """An intervention sweep (none, rti), a breadth sweep (d2, d4, d8) and a judge sweep (agent, text)."""
+    return [_experiment("no-rti", (0.2, 0.25)), _experiment("rti", (0.45, 0.5), intervention="rti"),
+            *(_experiment(f"b{b}", (0.3, 0.3), group="breadth", breadth=b, judge="text") for b in (8, 2, 4)),
+            _experiment("agent", (0.3, 0.35), group="judge", breadth=2),
+            _experiment("text", (0.3, 0.3), group="judge", breadth=2, judge="text", cached=False)]
+
+
+def test_the_intervention_axis_is_read_and_an_older_experiment_had_none(made_up) -> None:
+    assert [e.intervention for e in made_up[:2]] == ["none", "rti"]
+    older = {k: v for k, v in made_up[0].params.items() if k != "intervention"}
+    assert Experiment("old", "0" * 40, older, made_up[0].metrics).intervention == "none"
+    frame = ablation_frame(made_up)
+    assert list(frame.columns) == ablations.COLUMNS
+    rows = frame[(frame["metric"] == "pass_rate") & (frame["pool"] == "benchmark")]
+    assert dict(zip(rows["experiment"], rows["intervention"], strict=True))["rti"] == "rti"
+    # every delta against base states its MDE; the reference, compared with nothing, has none
+    assert rows[rows["model"] == "rft"]["delta_mde"].gt(0).all()
+    assert rows[rows["model"] == "base"]["delta_mde"].isna().all()
+
+
+def test_each_ablation_compares_against_its_reference_level_with_a_paired_mde(made_up) -> None:
+    comparisons = axis_comparisons(made_up)
+    assert list(comparisons.columns) == ablations.COMPARISON_COLUMNS
+    rft = comparisons[(comparisons["model"] == "rft") & (comparisons["metric"] == "pass_rate")]
+    pairs = {(r.axis, r.experiment, r.reference_experiment) for r in rft.itertuples()}
+    assert pairs == {("intervention", "rti", "no-rti"), ("breadth", "b4", "b2"), ("breadth", "b8", "b2"),
+                     ("judge", "text", "agent")}
+    rti = rft[rft["axis"] == "intervention"].iloc[0]
+    assert rti["paired"] and rti["level"] == "rti" and rti["reference_level"] == "none"
+    assert rti["difference"] == pytest.approx(rti["value"] - rti["reference_value"], abs=1e-6)
+    assert rti["low"] <= rti["difference"] <= rti["high"] and rti["mde"] > 0
+    # the MDE is the paired bootstrap's, over the two experiments' per-task values
+    theirs, ours = ([[float(r["passed"]) for r in e.results if r["model"] == "rft" and r["seed"] == k]
+                     for k in (0, 1)] for e in made_up[:2])
+    draws = [seed_indices(2, RESAMPLES, SEED, "benchmark", f"{name}/rft") for name in ("rti", "no-rti")]
+    tasks = bootstrap_indices(40, RESAMPLES, SEED, "benchmark")
+    expected = paired_delta(np.array(ours), np.array(theirs), tasks, 0.95, *draws)
+    assert rti["mde"] == pytest.approx(expected["mde"]) and rti["low"] == pytest.approx(expected["low"])
+    # identical base checkpoints: no difference, and nothing to detect it with
+    base = comparisons[(comparisons["model"] == "base") & (comparisons["axis"] == "intervention")]
+    assert (base["difference"] == 0).all() and (base["mde"] == 0).all()
+    # an experiment whose per-episode results are not in the DVC cache: the point difference only
+    text = rft[rft["axis"] == "judge"].iloc[0]
+    assert not text["paired"] and np.isnan(text["mde"]) and not np.isnan(text["difference"])
+    words = comparison_table(comparisons, models=["rft"])
+    said = dict(zip(words["experiment"], words["task pass rate difference [interval], MDE"], strict=True))
+    assert f"MDE {rti['mde']:.3f}" in said["rti"] and said["rti"].endswith("detected")
+    assert "no per-task results in the DVC cache" in said["text"]
+    assert set(words["level"]) >= {"rti", "d4", "d8", "text"}
+
+
+def test_the_pictures_state_each_comparisons_mde(made_up) -> None:
+    frame, comparisons = ablation_frame(made_up), axis_comparisons(made_up)
+    fig = plot_interventions(frame, comparisons=comparisons)
+    (ax,) = fig.axes
+    texts = [t.get_text() for t in ax.texts]
+    rft = comparisons.query("axis == 'intervention' and model == 'rft' and metric == 'pass_rate'")
+    mde = rft["mde"].iloc[0]
+    assert f"MDE\n{mde:.2f}" in texts
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["no intervention", "rti"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["base", "rft"]
+    breadth = plot_breadth(frame, comparisons=comparisons)
+    # d4 and d8 on each metric but the completion gap, which is 0 throughout (an MDE of 0 is not drawn)
+    assert sum(t.get_text().startswith("MDE") for a in breadth.axes for t in a.texts) == 2 * 3
+    assert "fewest domains" in breadth.get_supxlabel()
+    # only the sweep that varies breadth
+    assert [t.get_text() for t in breadth.axes[0].get_legend().get_texts()] == ["text judge"]
+    judges = plot_judges(frame, comparisons=comparisons)
+    assert judges.axes[0].get_legend() is not None  # text's MDE unknown (not cached): no label, no error
+    # without an intervention sweep the picture says so
+    alone = plot_interventions(ablation_frame(made_up[2:]))
+    assert "no intervention sweep" in " ".join(t.get_text() for t in alone.axes[0].texts)
+
+
+def test_collect_writes_the_comparisons_with_their_mde(made_up, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(ablations, "read_experiments", lambda repo, group=None: made_up[:2])
+    assert cli.main(["collect", "--repo", str(tmp_path), "-o", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "MDE" in printed and "rti" in printed and "no-rti (none)" in printed
+    table = pd.read_csv(tmp_path / "out" / "ablations.tsv", sep="\t")
+    assert "delta_mde" in table.columns and set(table["intervention"]) == {"none", "rti"}
+    compared = pd.read_csv(tmp_path / "out" / "comparisons.tsv", sep="\t")
+    assert set(compared["axis"]) == {"intervention"}
+    assert compared.query("model == 'rft' and metric == 'pass_rate'")["mde"].gt(0).all()
+    for name in ("breadth.png", "judges.png", "interventions.png"):
+        assert (tmp_path / "out" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_per_episode_results_are_read_from_the_dvc_cache_at_the_experiments_commit(tmp_path) -> None:
+    """An experiment ref whose dvc.lock names the evaluation folder's hash: its results come from
+    ``.dvc/cache`` (DVC 3's layout); one whose cache entry is gone reads as None."""
+    repo = tmp_path / "repo"
+    (repo / "metrics").mkdir(parents=True)
+    made = _experiment("x", (0.4, 0.4), intervention="rti", tasks=6)
+    params = {**made.params, "paths": {"metrics": "metrics", "evaluation": "data/evaluation"}}
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    (repo / "metrics" / "evaluate.json").write_text(json.dumps(made.metrics["evaluate"]))
+    table = tmp_path / "results.parquet"
+    pq.write_table(pa.Table.from_pylist(made.results, schema=schemas.EVAL_RESULTS), table)
+
+    def cache(digest: str, data: bytes) -> None:
+        path = repo / ".dvc" / "cache" / "files" / "md5" / digest[:2] / digest[2:]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+    cache("ab" * 16, table.read_bytes())
+    cache("cd" * 16 + ".dir", json.dumps([{"md5": "ab" * 16, "relpath": "results.parquet"}]).encode())
+    lock = {"schema": "2.0", "stages": {"evaluate": {"cmd": "x", "outs": [
+        {"path": "data/evaluation", "hash": "md5", "md5": "cd" * 16 + ".dir"}]}}}
+    (repo / "dvc.lock").write_text(yaml.safe_dump(lock))
+    _run(["git", "init", "-q"], repo)
+    _run(["git", *GIT_USER, "add", "params.yaml", "metrics", "dvc.lock"], repo)
+    _run(["git", *GIT_USER, "commit", "-qm", "an experiment"], repo)
+    _run(["git", "update-ref", "refs/exps/ab/cdef/with-results", "HEAD"], repo)
+    (found,) = read_experiments(repo)
+    assert found.name == "with-results" and found.intervention == "rti"
+    assert found.results is not None and len(found.results) == len(made.results)
+    assert found.results[0]["task_id"] == "t00" and found.metrics["evaluate"] == made.metrics["evaluate"]
+    assert read_experiments(repo, "no-such-group") == []
+    shutil.rmtree(repo / ".dvc" / "cache" / "files" / "md5" / "ab")
+    assert read_experiments(repo)[0].results is None

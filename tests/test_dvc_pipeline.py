@@ -91,10 +91,19 @@ def test_an_edit_reruns_the_stages_that_use_it_and_dvc_skips_what_comes_out_the_
     assert "up to date" in dvc("status", cwd=smoke_copy)
 
 
+def test_switching_the_intervention_reaches_only_intervene_and_what_follows(smoke_copy) -> None:
+    write_params(smoke_copy / "conf", smoke_copy / "params.yaml",
+                 [*(s for s in SMOKE if not s.startswith("intervention=")), "intervention=none"])
+    assert set(json.loads(dvc("status", "--json", cwd=smoke_copy, stdout_only=True))) == {
+        "intervene", "sample", "train", "evaluate"}
+
+
 # ----------------------------------------------------------------------------- the paper's choices
 
 #: the choices the paper scale makes that the smoke scale does not: who rolls out and validates
 #: (the starting policy, here the base checkpoint), and model-backed judging
+#: rollout-time intervention's critic and corrector as models too (the tiny backbone)
+MODEL_ROLES = ("intervention.critic=policy", "intervention.corrector=policy")
 PAPER_CHOICES = ("scale.rollouts.policy", "scale.rollouts.solver", "scale.validation.solver",
                  "scale.judging.backend")
 
@@ -116,7 +125,7 @@ def paper_choices_run(smoke_repo, tmp_path_factory):
     they reach reads, through the runner's view, only the parameters it declares."""
     root = tmp_path_factory.mktemp("paper-choices") / "repo"
     shutil.copytree(smoke_repo, root, ignore=shutil.ignore_patterns("wandb"))
-    write_params(root / "conf", root / "params.yaml", [*SMOKE, *_paper_choices()])
+    write_params(root / "conf", root / "params.yaml", [*SMOKE, *_paper_choices(), *MODEL_ROLES])
     commit(root, "the paper scale's choices")
     return root, stages_run(dvc("repro", cwd=root))
 
@@ -136,6 +145,9 @@ def test_every_stage_runs_under_its_declared_params_with_the_paper_choices(paper
     assert judged["rollouts"]["backends"]["agent"] != "scripted"
     rollouts = json.loads(params.paths.under(root).metrics_of("rollouts").read_text())
     assert rollouts["generated_tokens"] > 0  # the tiny model rolled out, not a scripted solver
+    assert "intervene" in ran
+    intervened = json.loads(params.paths.under(root).metrics_of("intervene").read_text())
+    assert intervened["corrected"] == intervened["diagnosed"] > 0  # the tiny model wrote corrections
     assert "up to date" in dvc("status", cwd=root)
 
 

@@ -22,9 +22,13 @@ from interlock.evaluation.benchmarks import AdmittedPool, RunSettings, rollout_i
 from interlock.evaluation.metrics import (
     EpisodeResult,
     bootstrap_indices,
+    detectable_multiplier,
     grade_episode,
+    minimum_detectable_effect,
     paired_delta,
     summarize_pool,
+    table_rows,
+    tasks_needed,
 )
 from interlock.evaluation.run import Model, checkpoint_models, run_evaluation
 from interlock.rollout.engine import RolloutLimits, run_episodes
@@ -75,7 +79,7 @@ def test_metrics_match_the_scripted_truth(evaluated, contexts) -> None:
     # nothing right: no pass and no completion gap (the primary deliverable is wrong too)
     assert claim["pass_rate"]["value"] == 0.0 and claim["completion_gap_rate"]["value"] == 0.0
     assert claim["score"]["value"] < noisy["score"]["value"]
-    assert pool["deltas"]["noisy"]["pass_rate"] == {"value": -1.0, "low": -1.0, "high": -1.0}
+    assert pool["deltas"]["noisy"]["pass_rate"] == {"value": -1.0, "low": -1.0, "high": -1.0, "mde": 0.0}
     assert pool["deltas"]["noisy"]["completion_gap_rate"]["value"] == 1.0
     assert set(pool["deltas"]) == {"noisy", "claim_only"}  # against the first model only
 
@@ -173,14 +177,14 @@ def test_bootstrap_is_deterministic_given_the_seed_and_a_model_against_itself_is
     assert other != first  # other resamples, other intervals; the same point estimates
     assert other["models"]["base"]["pass_rate"]["value"] == first["models"]["base"]["pass_rate"]["value"]
     for estimate in first["deltas"]["twin"].values():
-        assert estimate == {"value": 0.0, "low": 0.0, "high": 0.0}
+        assert estimate == {"value": 0.0, "low": 0.0, "high": 0.0, "mde": 0.0}
     delta = first["deltas"]["tuned"]["pass_rate"]
     assert delta["low"] < delta["value"] < delta["high"]
     base_rate, tuned_rate = (first["models"][m]["pass_rate"]["value"] for m in ("base", "tuned"))
     assert delta["value"] == pytest.approx(tuned_rate - base_rate)
     values = np.array([float(r["passed"]) for r in base])
     indices = bootstrap_indices(len(values), 300, seed=5, pool="dev")
-    assert paired_delta(values, values, indices, 0.9) == {"value": 0.0, "low": 0.0, "high": 0.0}
+    assert paired_delta(values, values, indices, 0.9) == {"value": 0.0, "low": 0.0, "high": 0.0, "mde": 0.0}
     assert (indices == bootstrap_indices(len(values), 300, seed=5, pool="dev")).all()
 
 
@@ -198,6 +202,68 @@ def test_paired_intervals_are_narrower_than_unpaired_ones_for_correlated_models(
               for m in ("base", "tuned")]
     assert delta["high"] - delta["low"] < min(widths)
     assert delta["low"] >= 0
+
+
+# ----------------------------------------------------------------------------- minimum detectable effect
+
+def test_the_minimum_detectable_effect_is_2_80_standard_errors_of_the_paired_replicates() -> None:
+    assert detectable_multiplier() == pytest.approx(1.959964 + 0.841621, abs=1e-6)  # z_0.975 + z_0.8
+    assert detectable_multiplier(0.05, 0.9) == pytest.approx(1.959964 + 1.281552, abs=1e-6)
+    values = np.array([1.0, 0.0, 1.0, 1.0, 0.0])
+    # four hand-picked resamples of the five tasks: replicate means 0.6, 1.0, 0.0, 0.6 against 0
+    tasks = np.array([[0, 1, 2, 3, 4], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1], [2, 3, 4, 0, 1]])
+    # by hand: mean 0.55, squared deviations 0.0025 + 0.2025 + 0.3025 + 0.0025 = 0.51, / 3 -> SE 0.41231
+    se = (0.51 / 3) ** 0.5
+    assert minimum_detectable_effect([0.6, 1.0, 0.0, 0.6]) == pytest.approx(2.801585 * se, abs=1e-5)
+    delta = paired_delta(values, np.zeros(5), tasks, 0.9)
+    assert delta["value"] == 0.6 and delta["mde"] == pytest.approx(1.155123, abs=2e-6)  # 2.801585 x 0.412311
+    assert minimum_detectable_effect([0.3]) == 0.0  # one replicate has no spread
+
+
+def test_every_delta_of_a_pool_carries_its_mde_and_more_tasks_shrink_it() -> None:
+    rng = np.random.default_rng(8)
+
+    def mde(tasks: int) -> float:
+        base = _rows("base", list(rng.random(tasks) < 0.3))
+        tuned = _rows("tuned", list(rng.random(tasks) < 0.5))
+        summary = summarize_pool({"base": base, "tuned": tuned}, pool="benchmark", seed=3, resamples=400,
+                                 confidence=0.95)
+        assert all(d["mde"] is not None and d["mde"] >= 0 for d in summary["deltas"]["tuned"].values())
+        rows = {row["model"]: row for row in table_rows("benchmark", summary)}
+        assert rows["base"]["delta_pass_rate_mde"] is None  # the reference is no comparison
+        assert rows["tuned"]["delta_pass_rate_mde"] == summary["deltas"]["tuned"]["pass_rate"]["mde"]
+        return summary["deltas"]["tuned"]["pass_rate"]["mde"]
+
+    small, large = mde(16), mde(400)
+    assert 0 < large < small / 3  # about 1 / sqrt(25)
+    empty = paired_delta(np.zeros((1, 0)), np.zeros((1, 0)), np.zeros((10, 0), int), 0.9)
+    assert empty == {"value": None, "low": None, "high": None, "mde": None}
+
+
+def test_tasks_needed_matches_the_hand_computation_and_is_monotonic() -> None:
+    # (2.801585 * 0.5 / 0.1) ** 2 = 196.22 -> 197 tasks
+    assert tasks_needed(0.5, 0.1) == 197
+    # the paper's +4 points at a per-task SD of 0.4: (2.801585 * 0.4 / 0.04) ** 2 = 784.9 -> 785
+    assert tasks_needed(0.4, 0.04) == 785
+    # all variance within tasks (the default): 4 attempts divide it by 4 -> 49.05 -> 50
+    assert tasks_needed(0.5, 0.1, attempts=4) == 50
+    # none within tasks: attempts buy nothing; half within: 196.22 * (0.5 + 0.5 / 4) = 122.6 -> 123
+    assert tasks_needed(0.5, 0.1, attempts=4, within_share=0.0) == 197
+    assert tasks_needed(0.5, 0.1, attempts=4, within_share=0.5) == 123
+    effects = [tasks_needed(0.45, e) for e in (0.02, 0.04, 0.08, 0.16)]
+    assert effects == sorted(effects, reverse=True) and len(set(effects)) == 4
+    spreads = [tasks_needed(sd, 0.04) for sd in (0.1, 0.2, 0.4, 0.8)]
+    assert spreads == sorted(spreads) and len(set(spreads)) == 4
+    attempts = [tasks_needed(0.45, 0.04, k, within_share=0.7) for k in (1, 2, 4, 8, 64)]
+    assert attempts == sorted(attempts, reverse=True)
+    assert attempts[-1] >= tasks_needed(0.45 * 0.3 ** 0.5, 0.04)  # the between-task floor
+    assert tasks_needed(0.5, 0.1, power=0.9) > tasks_needed(0.5, 0.1) > tasks_needed(0.5, 0.1, alpha=0.2)
+    # the inverse of the MDE: at that many tasks the MDE of SE = sd / sqrt(tasks) is the effect
+    assert detectable_multiplier() * 0.5 / 197 ** 0.5 <= 0.1 < detectable_multiplier() * 0.5 / 196 ** 0.5
+    assert tasks_needed(0.0, 0.04) == 1
+    for bad in ({"effect": 0.0}, {"attempts": 0}, {"within_share": 1.5}):
+        with pytest.raises(ValueError):
+            tasks_needed(**{"per_task_sd": 0.4, "effect": 0.04, **bad})
 
 
 def _seeded(model: str, seeds: list[list[bool]]) -> list[dict]:

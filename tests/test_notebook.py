@@ -9,8 +9,10 @@ import json
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 from nbclient import NotebookClient
 
+from interlock.analysis import report
 from interlock.core.config import load_params
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "results.ipynb"
@@ -60,13 +62,63 @@ def test_the_results_notebook_runs_on_the_pipelines_artifacts(smoke_repo, venv_k
                    "context failures"):
         assert column in table
 
-    # figures: the bars, the two per-domain plots, the completion graph, the training curves
+    # every delta stated with its minimum detectable effect at the run's size
+    assert "MDE task pass rate" in table
+
+    # figures: the bars, the two per-domain plots, the completion graph, the training curves, and
+    # the intervention filter's histograms where the run wrote them (intervention=rti)
     images = {name for name, cell in cells.items()
               for o in _outputs(cell) if "image/png" in o.get("data", {})}
-    assert images == {"comparison-bars", "acceptance", "domain-pass-rates", "graph", "training"}
+    paths = load_params(smoke_repo / "params.yaml").paths.under(smoke_repo)
+    nll = report.read_intervention_nll(paths.intervene_nll_plot)
+    intervened = nll is not None and not nll.empty
+    assert images == {"comparison-bars", "acceptance", "domain-pass-rates", "graph", "training",
+                      *(["intervention"] if intervened else [])}
+    if not intervened:
+        said = "".join(_text(o) for o in _outputs(cells["intervention"]))
+        assert said.count("\n") <= 1 and "No rollout-time intervention in this run" in said
 
     # two trajectories side by side, said plainly when nothing was accepted
     pair = "".join(_text(o) for o in _outputs(cells["pair"]))
     assert pair.count("<pre") == 2 and "mandatory" in pair
     accept = json.loads((smoke_repo / "metrics" / "accept.json").read_text())
     assert ("Nothing was accepted" in pair) == accept["nothing_accepted"]
+
+
+def _write(path: Path, frame: pd.DataFrame) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(path, sep="\t", index=False)
+
+
+def test_the_intervention_filter_reads_as_two_histograms_and_a_threshold(tmp_path):
+    folder = tmp_path / "intervene_nll"
+    assert report.read_intervention_nll(folder) is None  # intervention=none: nothing written
+    assert report.intervention_domains(tmp_path / "intervene_domains.tsv") is None
+    _write(folder / "accepted.tsv", pd.DataFrame({"nll": [0.25, 0.75, 1.25], "count": [5, 9, 2]}))
+    _write(folder / "corrections.tsv", pd.DataFrame({"nll": [0.75, 1.25, 1.75, 2.25], "count": [1, 2, 2, 1]}))
+    assert report.read_intervention_nll(folder) is None  # still no threshold
+    _write(folder / "threshold.tsv", pd.DataFrame({"nll": [1.4, 1.4], "count": [0, 9]}))  # a vertical line
+    nll = report.read_intervention_nll(folder)
+    assert nll.threshold == 1.4 and list(nll.corrections["count"]) == [1, 2, 2, 1] and not nll.empty
+    fig = report.plot_intervention_nll(nll)
+    accepted, corrections = fig.axes
+    assert len(accepted.patches) == 3 and len(corrections.patches) == 4
+    assert accepted.get_title() == "the policy's accepted turns: 16"
+    assert corrections.get_title() == "corrections: 6"
+    assert [line.get_xdata()[0] for line in corrections.get_lines()] == [1.4]  # the threshold
+    # a filter that scored no correction and set no threshold still draws, saying so
+    _write(folder / "corrections.tsv", pd.DataFrame(columns=["nll", "count"]))
+    _write(folder / "threshold.tsv", pd.DataFrame(columns=["nll", "count"]))
+    empty = report.plot_intervention_nll(report.read_intervention_nll(folder))
+    assert "none scored" in [t.get_text() for t in empty.axes[1].texts] and not empty.axes[1].get_lines()
+    # intervention=none writes the files without rows: nothing to draw
+    _write(folder / "accepted.tsv", pd.DataFrame(columns=["nll", "count"]))
+    assert report.read_intervention_nll(folder).empty
+    columns = ["domain_id", "rollouts", "failed", "diagnosed", "corrected", "verified", "kept"]
+    _write(tmp_path / "intervene_domains.tsv", pd.DataFrame(columns=columns))
+    assert report.intervention_domains(tmp_path / "intervene_domains.tsv").empty
+    _write(tmp_path / "intervene_domains.tsv", pd.DataFrame(
+        [["d01", 8, 4, 4, 3, 2, 1], ["d02", 8, 3, 2, 1, 1, 1]], columns=columns))
+    table = report.intervention_domains(tmp_path / "intervene_domains.tsv")
+    assert list(table.index) == ["d01", "d02", "total"]
+    assert table.loc["total"].tolist() == [16, 7, 6, 4, 3, 2]

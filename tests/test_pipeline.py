@@ -19,12 +19,14 @@ from interlock.core.errors import InterlockError
 from interlock.core.io import read_rows
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.stage import run_graphs
+from interlock.training.examples import table_schema
 
 from helpers.repo import BIN, stages_run
 from helpers.repo import run as _run
 
 ARTIFACTS = ["domains.parquet", "blueprints.parquet", "graphs", "packs", "review", "models", "demos",
-             "rollouts", "rollout_timings.parquet", "judge", "accepted", "training_set", "evaluation",
+             "rollouts", "rollout_timings.parquet", "judge", "accepted", "interventions", "training_set",
+             "evaluation",
              "evaluation_timings.parquet"]
 #: measured, so different every run; no stage reads them
 MEASURED = {"rollout_timings.parquet", "evaluation_timings.parquet"}
@@ -56,7 +58,7 @@ def test_repro_after_repro_does_nothing(smoke_copy):
 
 def test_stages_write_identical_bytes_when_forced(smoke_copy):
     before = _snapshot(smoke_copy / "data")
-    assert len(stages_run(_run([str(BIN / "dvc"), "repro", "--force"], smoke_copy))) == 14
+    assert len(stages_run(_run([str(BIN / "dvc"), "repro", "--force"], smoke_copy))) == 15
     assert _snapshot(smoke_copy / "data") == before
 
 
@@ -116,11 +118,21 @@ def test_every_model_is_a_checkpoint_and_the_fine_tunings_trained(smoke_repo):
     metrics = json.loads((smoke_repo / "metrics" / "train.json").read_text())
     data = smoke_repo / "data"
     accepted = read_rows(data / "accepted" / "trajectories.parquet", schemas.TRAJECTORIES)
-    training_set = read_rows(data / "training_set" / "trajectories.parquet", schemas.TRAJECTORIES)
-    assert training_set == accepted  # domains=all: every accepted trajectory, nothing resampled
+    training_set = read_rows(data / "training_set" / "trajectories.parquet", schemas.TRAINING_SET)
+    kept = [r for r in read_rows(data / "interventions" / "interventions.parquet", schemas.INTERVENTIONS)
+            if r["kept"]]
+    policy = [r for r in training_set if r["source"] == "policy"]
+    corrections = [r for r in training_set if r["source"] == "rti"]
+    # domains=all: every accepted trajectory as it was, then every kept correction with its weight
+    assert [{k: r[k] for k in schemas.TRAJECTORIES.names} for r in policy] == accepted
+    assert {(r["weight"], r["loss_from_message"]) for r in policy} <= {(1.0, 0)}
+    assert sorted((r["rollout_id"], r["weight"], r["loss_from_message"]) for r in corrections) == sorted(
+        (k["rollout_id"] + ".rti", k["weight"], k["prefix_messages"]) for k in kept)
     sample = json.loads((smoke_repo / "metrics" / "sample.json").read_text())
-    assert sample["breadth"] is None and sample["trajectories"] == len(accepted)
-    assert metrics["trained"] == bool(accepted) and metrics["examples"] == len(accepted)
+    assert sample["breadth"] is None and sample["trajectories"] == len(accepted) + len(kept)
+    assert sample["by_source"] == {"policy": len(accepted), "rti": len(kept)}
+    assert metrics["trained"] == bool(training_set) and metrics["examples"] == len(training_set)
+    assert metrics["by_source"] == {"policy": len(accepted), "rti": len(kept)}
     # one checkpoint per seed; with nothing to train on, one untrained copy stands for them all
     seeds = sorted(p.name for p in (models / "rft").iterdir())
     assert seeds == ([f"seed-{k}" for k in range(metrics["seeds"])] if accepted else ["seed-0"])
@@ -238,8 +250,8 @@ def _trajectory_texts(path: Path) -> tuple[str, set[str]]:
     """A trajectories table's text (every string of every row, the JSON columns decoded), and the
     names of the tools its messages call or answer."""
     texts, names = [], set()
-    for row in read_rows(path, schemas.TRAJECTORIES):
-        trajectory = Trajectory.from_row(row, str(path))
+    for row in read_rows(path, table_schema(path)):
+        trajectory = Trajectory.from_row({k: row[k] for k in schemas.TRAJECTORIES.names}, str(path))
         messages = [m.to_dict() for m in trajectory.messages]
         texts += _strings([row, messages, trajectory.final_files, trajectory.diff])
         names |= {c.name for m in trajectory.messages for c in m.tool_calls}
@@ -258,7 +270,7 @@ def test_no_bfcl_task_text_reaches_a_training_artifact(smoke_repo):
     from interlock.evaluation.bfcl import load_tasks
     from interlock.models.checkpoint import seed_checkpoints
     from interlock.synthesis.workspace import TOOL_SPECS
-    from interlock.training.examples import encode_trajectories, read_trajectories
+    from interlock.training.examples import encode_trajectories, read_training_items
     from interlock.training.trainer import read_training
 
     params = load_params(smoke_repo / "params.yaml")
@@ -291,6 +303,6 @@ def test_no_bfcl_task_text_reaches_a_training_artifact(smoke_repo):
             record = read_training(checkpoint)
             assert not [turn for turn in turns if turn in "\n".join(_strings(record))], checkpoint
             tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-            examples = encode_trajectories(read_trajectories(table), tokenizer,
+            examples = encode_trajectories(read_training_items(table), tokenizer,
                                            max_length=params.backbone.max_context)
             assert (record["data_sha256"], record["examples"]) == (examples.sha256(), len(examples.examples))

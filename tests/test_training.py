@@ -4,6 +4,7 @@ checkpoint with its training record loading back through a backend."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import shutil
 from pathlib import Path
@@ -19,7 +20,7 @@ from interlock.core.errors import InterlockError
 from interlock.core.io import write_row_groups
 from interlock.core.paths import Paths
 from interlock.evaluation.run import checkpoint_models
-from interlock.models.chat_template import IM_END
+from interlock.models.chat_template import CHAT_TEMPLATE, IM_END, openai_tools
 from interlock.models.checkpoint import load_checkpoint, read_manifest, sha256, verify_checkpoint
 from interlock.models.transformers_backend import TransformersBackend
 from interlock.rollout.engine import TOOLS
@@ -27,7 +28,15 @@ from interlock.rollout.runs import scripted_rollouts
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.tasks import TaskContext
 from interlock.training.batching import pack, plan_rows
-from interlock.training.examples import ExampleSet, encode_trajectories
+from interlock.training.examples import (
+    ExampleSet,
+    TrainingItem,
+    encode_conversation,
+    encode_trajectories,
+    read_training_items,
+    read_trajectories,
+)
+from interlock.training.scoring import checkpoint_nll, conversation_nll
 from interlock.training.stage import train
 from interlock.training.trainer import fine_tune, read_training, row_loss, step_plan
 
@@ -97,6 +106,78 @@ def test_the_data_hash_follows_ids_masks_and_weights(example_set) -> None:
     reweighted = ExampleSet([dataclasses.replace(example_set.examples[0], weight=0.5),
                              *example_set.examples[1:]], [], [])
     assert same.sha256() == example_set.sha256() != reweighted.sha256()
+
+
+def test_loss_from_message_masks_the_turns_before_it(demos, tokenizer) -> None:
+    messages = [m.to_dict() for m in demos[0].messages]
+    assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    start = assistant[-2]  # the last two assistant turns carry loss
+    ids, full = encode_conversation(tokenizer, messages)
+    same_ids, mask = encode_conversation(tokenizer, messages, loss_from_message=start)
+    boundary = len(tokenizer.apply_chat_template(messages[:start], tools=openai_tools(TOOLS), tokenize=True,
+                                                 return_dict=True)["input_ids"])
+    assert same_ids == ids and encode_conversation(tokenizer, messages, 0) == (ids, full)
+    assert mask == [m and i >= boundary for i, m in enumerate(full)] and any(mask) and mask != full
+    trained_text = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
+    assert trained_text.count(IM_END) == 2
+    for index in assistant:
+        assert (messages[index]["content"].strip() in trained_text) == (index >= start), index
+    # from the first message on is every assistant turn; from past the last one on, nothing
+    assert encode_conversation(tokenizer, messages, 1)[1] == full
+    assert not any(encode_conversation(tokenizer, messages, len(messages))[1])
+
+
+def test_a_template_that_is_not_prefix_stable_is_a_clear_error(demos, tokenizer) -> None:
+    shifty = copy.deepcopy(tokenizer)  # the number of messages first: a prefix renders differently
+    shifty.chat_template = "{{- messages | length | string -}}" + CHAT_TEMPLATE
+    messages = [m.to_dict() for m in demos[0].messages]
+    assert any(encode_conversation(shifty, messages)[1])  # no boundary to find: fine
+    with pytest.raises(InterlockError, match="not prefix-stable") as caught:
+        encode_conversation(shifty, messages, loss_from_message=5)
+    assert caught.value.field == "loss_from_message"
+    with pytest.raises(InterlockError, match=">= 0"):
+        encode_conversation(tokenizer, messages, loss_from_message=-1)
+
+
+def test_training_items_carry_their_weight_and_first_trained_message(demos, tokenizer) -> None:
+    start = [i for i, m in enumerate(demos[1].messages) if m.role == "assistant"][-1]
+    data = encode_trajectories([demos[0], TrainingItem(demos[1], 0.25, start, "rti"),
+                                TrainingItem(demos[2], 2.0, len(demos[2].messages), "rti")],
+                               tokenizer, max_length=100_000)
+    plain = encode_trajectories(demos[:2], tokenizer, max_length=100_000)
+    assert [(e.weight, e.source) for e in data.examples] == [(1.0, None), (0.25, "rti")]
+    assert data.nothing_to_learn == [demos[2].rollout_id]  # nothing left to learn after the last message
+    assert data.examples[0] == plain.examples[0]
+    corrected, whole = data.examples[1], plain.examples[1]
+    assert corrected.input_ids == whole.input_ids and 0 < corrected.trained_tokens < whole.trained_tokens
+    assert data.by_source == {"rti": 1} and plain.by_source == {}
+    assert data.sha256() != encode_trajectories(demos[:2], tokenizer, max_length=100_000).sha256()
+
+
+def training_row(trajectory: Trajectory, source: str = "policy", weight: float = 1.0,
+                 loss_from: int = 0) -> dict:
+    """A TRAINING_SET row."""
+    return {**trajectory.to_row(), "source": source, "weight": weight, "loss_from_message": loss_from}
+
+
+def test_one_reader_serves_trajectories_and_training_sets(demos, tmp_path) -> None:
+    plain, training = tmp_path / "plain.parquet", tmp_path / "training.parquet"
+    with write_row_groups(plain, schemas.TRAJECTORIES) as writer:
+        writer.write([t.to_row() for t in demos[:2]])
+    with write_row_groups(training, schemas.TRAINING_SET) as writer:
+        writer.write([training_row(demos[0]), training_row(demos[1], "rti", 0.5, 7)])
+    assert list(read_training_items(plain)) == [TrainingItem(t) for t in demos[:2]]
+    assert list(read_training_items(training)) == [TrainingItem(demos[0], 1.0, 0, "policy"),
+                                                   TrainingItem(demos[1], 0.5, 7, "rti")]
+    assert list(read_trajectories(training)) == list(read_trajectories(plain)) == demos[:2]
+    bad = tmp_path / "bad.parquet"
+    with write_row_groups(bad, schemas.TRAINING_SET) as writer:
+        writer.write([training_row(demos[0], weight=-1.0)])
+    with pytest.raises(InterlockError, match="finite and >= 0") as caught:
+        list(read_training_items(bad))
+    assert caught.value.field == "weight" and caught.value.item == demos[0].rollout_id
+    with pytest.raises(InterlockError, match="no trajectories table"):
+        list(read_training_items(tmp_path / "missing.parquet"))
 
 
 # ----------------------------------------------------------------------------- batching
@@ -216,6 +297,35 @@ def test_more_processes_than_examples_is_a_clear_error(tiny_checkpoint, example_
         fine_tune(tiny_checkpoint, example_set, RECIPE, tmp_path / "x", name="x", max_context=4096)
 
 
+def test_an_examples_weight_scales_its_pull_even_alone_in_its_step(tiny_checkpoint, example_set,
+                                                                  tmp_path) -> None:
+    # two short examples, one optimizer step each (every example outgrows the row budget)
+    short = [dataclasses.replace(e, input_ids=e.input_ids[:end], loss_mask=e.loss_mask[:end])
+             for e in example_set.examples[:2] for end in [e.loss_mask.index(True) + 40]]
+    recipe = RECIPE.model_copy(update=dict(epochs=1, batch_tokens=1, gradient_accumulation=1))
+    plan = step_plan([len(e) for e in short], recipe, epoch=0)
+    assert [[len(row) for row in step] for step in plan] == [[1], [1]]
+    second = plan[1][0][0]
+    # AdamW's first update does not depend on the gradient's scale, so the example that differs is the
+    # one of the second step: there its gradient meets the moments the first step left
+
+    def run(weight: float, name: str) -> tuple[dict, list[float]]:
+        examples = list(short)
+        examples[second] = dataclasses.replace(examples[second], weight=weight)
+        result = fine_tune(tiny_checkpoint, ExampleSet(examples, [], []), recipe, tmp_path / name, name=name,
+                           max_context=4096)
+        assert result.record["steps"] == 2
+        return load_checkpoint(tmp_path / name)[0].state_dict(), result.record["losses"]
+
+    (full, full_losses), (again, again_losses), (light, light_losses) = (
+        run(1.0, "full"), run(1.0, "again"), run(0.25, "light"))
+    assert all(torch.equal(full[k], again[k]) for k in full) and full_losses == again_losses
+    assert not all(torch.equal(full[k], light[k]) for k in full)
+    # the same first step; the second step's loss is a quarter (a token mean, not a weighted mean)
+    assert light_losses[0] == full_losses[0]
+    assert light_losses[1] == pytest.approx(full_losses[1] / 4, rel=1e-5)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_multi_step_training_on_a_gpu(tiny_checkpoint, example_set, tmp_path) -> None:
@@ -224,18 +334,64 @@ def test_multi_step_training_on_a_gpu(tiny_checkpoint, example_set, tmp_path) ->
     assert result.record["steps"] >= 3 and result.record["losses"][-1] < result.record["losses"][0]
 
 
+# ----------------------------------------------------------------------------- NLL scoring
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_checkpoint):
+    return load_checkpoint(tiny_checkpoint)
+
+
+def test_conversation_nll_is_the_mean_nll_of_the_trained_tokens(tiny_model, demos) -> None:
+    model, tokenizer = tiny_model
+    messages = [m.to_dict() for m in demos[0].messages]
+    start = [i for i, m in enumerate(messages) if m["role"] == "assistant"][-1]
+    ids, mask = encode_conversation(tokenizer, messages)
+    _, last_only = encode_conversation(tokenizer, messages, start)
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0].double(), dim=-1)
+
+    def by_hand(mask: list[bool]) -> float:
+        return -sum(float(logprobs[t - 1, ids[t]]) for t in range(1, len(ids)) if mask[t]) / sum(mask[1:])
+
+    scores = conversation_nll(model, tokenizer, [(messages, 0), (messages, start)], max_length=100_000)
+    assert scores == pytest.approx([by_hand(mask), by_hand(last_only)], abs=1e-5)
+    assert abs(scores[0] - scores[1]) > 1e-4  # the last turn alone is another set of tokens
+    nothing, too_long = conversation_nll(model, tokenizer, [(messages, len(messages)), (messages, 0)],
+                                         max_length=len(ids) - 1)
+    assert nothing is None and too_long is None
+
+
+def test_a_correction_the_model_would_not_write_scores_a_higher_nll(tiny_model, tiny_checkpoint,
+                                                                    demos) -> None:
+    """What the shift filter relies on: the model's own greedy turn is likelier than foreign text."""
+    model, tokenizer = tiny_model
+    messages = [m.to_dict() for m in demos[0].messages]
+    prompt = messages[:next(i for i, m in enumerate(messages) if m["role"] == "assistant")]
+    ids = tokenizer.apply_chat_template(prompt, tools=openai_tools(TOOLS), add_generation_prompt=True,
+                                        tokenize=True, return_dict=True)["input_ids"]
+    with torch.no_grad():
+        generated = model.generate(torch.tensor([list(ids)]), max_new_tokens=24, do_sample=False)
+    own = tokenizer.decode(generated[0, len(ids):].tolist(), skip_special_tokens=True)
+    noise = torch.randint(0, len(tokenizer), (24,), generator=torch.Generator().manual_seed(0))
+    foreign = tokenizer.decode(noise.tolist(), skip_special_tokens=True)
+    items = [([*prompt, {"role": "assistant", "content": text}], len(prompt)) for text in (own, foreign)]
+    own_nll, foreign_nll = conversation_nll(model, tokenizer, items, max_length=100_000)
+    assert own_nll + 1.0 < foreign_nll
+    assert checkpoint_nll(tiny_checkpoint, items, 100_000) == pytest.approx([own_nll, foreign_nll], abs=1e-5)
+
+
 # ----------------------------------------------------------------------------- the train stage
 
 def stage_paths(root: Path, rows: list[dict], starting_policy: Path,
                 overrides: list[str]) -> tuple[Params, Paths]:
     """Parameters, and the pipeline's paths under ``root`` holding the starting policy (the tiny
-    model as demo_sft) and a training set of ``rows``."""
+    model as demo_sft) and a training set of ``rows`` (TRAINING_SET)."""
     write_params(REPO / "conf", root / "params.yaml", ["experiment=smoke", *overrides])
     params = load_params(root / "params.yaml")
     paths = params.paths.under(root)
     if not paths.model("demo_sft").exists():
         shutil.copytree(starting_policy, paths.model("demo_sft"))
-    with write_row_groups(paths.training_table, schemas.TRAJECTORIES) as writer:
+    with write_row_groups(paths.training_table, schemas.TRAINING_SET) as writer:
         if rows:
             writer.write(rows)
     return params, paths
@@ -243,13 +399,23 @@ def stage_paths(root: Path, rows: list[dict], starting_policy: Path,
 
 def test_rft_trains_one_checkpoint_per_seed_and_evaluation_sees_them_as_one_model(
         demos, tiny_checkpoint, tmp_path) -> None:
-    params, paths = stage_paths(tmp_path, [t.to_row() for t in demos], tiny_checkpoint, ["train.seeds=2"])
+    # the last trajectory stands for a kept correction: its own weight, loss on its last turn only
+    last = [i for i, m in enumerate(demos[-1].messages) if m.role == "assistant"][-1]
+    rows = [*map(training_row, demos[:-1]), training_row(demos[-1], "rti", 0.5, last)]
+    params, paths = stage_paths(tmp_path, rows, tiny_checkpoint, ["train.seeds=2"])
     report = train(params, paths)
     metrics = report.metrics
     assert metrics["trained"] and metrics["seeds"] == 2 and sorted(metrics["by_seed"]) == ["seed-0", "seed-1"]
     assert metrics["examples"] == len(demos) and "2 seeds" in metrics["message"]
+    assert metrics["by_source"] == {"policy": len(demos) - 1, "rti": 1}
     records = [read_training(paths.model("rft") / f"seed-{k}") for k in range(2)]
     assert records[0]["seed"] != records[1]["seed"] and records[0]["data_sha256"] == records[1]["data_sha256"]
+    # what was trained on is the table's rows with their weights and masks, not the bare trajectories
+    tokenizer = AutoTokenizer.from_pretrained(paths.model("rft") / "seed-0")
+    assert records[0]["data_sha256"] == encode_trajectories(
+        read_training_items(paths.training_table), tokenizer, max_length=params.backbone.max_context).sha256()
+    assert records[0]["data_sha256"] != encode_trajectories(
+        demos, tokenizer, max_length=params.backbone.max_context).sha256()
     assert records[0]["losses"] != records[1]["losses"]  # another seed, another order of the data
     assert sorted(p.name for p in paths.train_loss.iterdir()) == ["seed-0.tsv", "seed-1.tsv"]
     assert {row["seed"] for row in report.tables["loss"]} == {"seed-0", "seed-1"}
@@ -257,7 +423,7 @@ def test_rft_trains_one_checkpoint_per_seed_and_evaluation_sees_them_as_one_mode
     assert [(m.name, m.seed, m.key) for m in models] == [
         ("demo_sft", None, "demo_sft"), ("rft", 0, "rft.seed-0"), ("rft", 1, "rft.seed-1")]
     # a re-run with one seed leaves no checkpoint of the earlier seed behind
-    train(*stage_paths(tmp_path, [t.to_row() for t in demos], tiny_checkpoint, ["train.seeds=1"]))
+    train(*stage_paths(tmp_path, rows, tiny_checkpoint, ["train.seeds=1"]))
     assert sorted(p.name for p in paths.model("rft").iterdir()) == ["seed-0"]
 
 

@@ -15,7 +15,7 @@ BIN = Path(sys.executable).parent
 #: tracking or experiment names elsewhere
 ISOLATED = ("WANDB_MODE", "WANDB_DIR", "WANDB_DISABLED", "DVC_ROOT", "DVC_EXP_NAME", "DVC_STAGE")
 #: the smoke run: the smoke experiment, with the opt-in BFCL pool beside the default's benchmark
-SMOKE = ("experiment=smoke", "eval.pools=[benchmark,bfcl]")
+SMOKE = ("experiment=smoke", "eval.pools=[benchmark,bfcl]", "intervention=rti")
 GIT_USER = ("-c", "user.email=t@t", "-c", "user.name=t")
 
 

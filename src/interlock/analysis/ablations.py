@@ -1,11 +1,22 @@
-"""Collect finished DVC experiments into one ablation comparison: a table, and the pictures of
-the paper's two ablations (transfer against domain breadth; agent judge against text judge).
+"""Collect finished DVC experiments into one ablation comparison: a table, the comparisons each
+ablation makes, and the pictures of the three ablations (the rollout-time intervention, none
+against rti; transfer against domain breadth; agent judge against text judge).
 
 A finished experiment is a git commit under ``refs/exps/``: its ``params.yaml`` says what it
-varied (``domains``, ``judge``, ``train.seeds``, and its sweep, ``tracking.group``) and its
-``metrics/*.json`` (committed: DVC does not cache them) hold what it measured. Reading those
-files at each experiment's commit needs nothing but git, and gives the same numbers that
-``dvc exp show`` lists and W&B holds.
+varied (``intervention``, ``domains``, ``judge``, ``train.seeds``, and its sweep,
+``tracking.group``) and its ``metrics/*.json`` (committed: DVC does not cache them) hold what it
+measured. Reading those files at each experiment's commit needs nothing but git, and gives the
+same numbers that ``dvc exp show`` lists and W&B holds.
+
+**Minimum detectable effect.** Every comparison states the smallest true difference the run
+would detect (95% confidence, 80% power; :func:`~interlock.evaluation.metrics.minimum_detectable_effect`),
+so "no difference" reads as "none" or as "too small a run to tell". Within an experiment, each
+model's delta against the reference model carries its ``delta_mde`` from ``evaluate.json``.
+Between experiments (:func:`axis_comparisons`: rti against none, each breadth against the
+smallest, the text judge against the agent judge) the difference is bootstrapped paired by task
+from the two experiments' per-episode results, read from the DVC cache at each experiment's
+commit (git alone has only the summaries); where the cache lacks them the point difference is
+given without an interval or MDE.
 """
 
 from __future__ import annotations
@@ -13,34 +24,50 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
+from numbers import Real
+from pathlib import Path, PurePosixPath
 
+import numpy as np
 import pandas as pd
 import yaml
 from matplotlib.figure import Figure
 
 from interlock.analysis.report import BAR_METRICS, COLORS, TABLE_METRICS, comparison_frame
+from interlock.core import schemas
 from interlock.core.errors import InterlockError
-from interlock.core.paths import Paths
+from interlock.core.io import read_rows
+from interlock.evaluation.metrics import METRICS, bootstrap_indices, paired_delta, seed_indices, task_values
 
 #: the metrics files an experiment is read from
 METRICS_FILES = ("evaluate", "sample", "train", "judge", "accept")
+#: the ablation axes: what a sweep varies (an :class:`Experiment` property of that name)
+AXES = ("intervention", "breadth", "judge")
+#: per axis, the order its levels are compared in; the first present is the reference (breadth:
+#: fewest domains first, ``domains=all`` last)
+LEVEL_ORDER = {"intervention": ("none", "rti"), "judge": ("agent", "text")}
 #: the table's columns, in order
-COLUMNS = ["experiment", "group", "breadth", "judge", "seeds", "training_trajectories", "pool", "model",
-           "metric", "tasks", "episodes", "value", "low", "high", "delta", "delta_low", "delta_high",
-           "judge_seconds_per_rollout", "judge_output_tokens_per_rollout"]
+COLUMNS = ["experiment", "group", "breadth", "judge", "intervention", "seeds", "training_trajectories",
+           "pool", "model", "metric", "tasks", "episodes", "value", "low", "high", "delta", "delta_low",
+           "delta_high", "delta_mde", "judge_seconds_per_rollout", "judge_output_tokens_per_rollout"]
+#: the comparisons' columns (:func:`axis_comparisons`), in order
+COMPARISON_COLUMNS = ["axis", "group", "experiment", "level", "reference_experiment", "reference_level",
+                      "pool", "model", "metric", "tasks", "value", "reference_value", "difference", "low",
+                      "high", "mde", "paired"]
 
 
 @dataclass(frozen=True)
 class Experiment:
-    """One finished experiment: its name, commit, parameters and metrics files (by stem)."""
+    """One finished experiment: its name, commit, parameters and metrics files (by stem), and
+    its evaluation's per-episode result rows where the DVC cache holds them (else None)."""
 
     name: str
     rev: str
     params: dict
     metrics: dict[str, dict]
+    results: list[dict] | None = field(default=None, compare=False, repr=False)
 
     @property
     def group(self) -> str | None:
@@ -55,6 +82,12 @@ class Experiment:
     def judge(self) -> str:
         return self.params["judge"]["name"]
 
+    @property
+    def intervention(self) -> str:
+        """``none`` (rejection sampling alone) or ``rti`` (rollout-time intervention); ``none`` for
+        an experiment from before the option existed."""
+        return (self.params.get("intervention") or {}).get("name") or "none"
+
 
 def _git(repo: Path, *args: str) -> str:
     done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
@@ -68,9 +101,40 @@ def _at(repo: Path, rev: str, path: str) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
+def _cached_results(repo: Path, rev: str, evaluation: str) -> list[dict] | None:
+    """The evaluate stage's per-episode results at ``rev``: the hash of the ``evaluation`` folder
+    in that commit's ``dvc.lock``, looked up in the repository's DVC cache (``.dvc/cache``). None
+    where the lock or the cache lacks them (a cleared cache, an experiment pulled without data)."""
+    try:
+        lock = yaml.safe_load(_at(repo, rev, "dvc.lock") or "") or {}
+        folder = PurePosixPath(evaluation).as_posix()
+        digest = next((out.get("md5") for stage in (lock.get("stages") or {}).values()
+                       for out in stage.get("outs") or () if out.get("path") == folder), None)
+        listing = _cached(repo, digest)
+        if listing is None:
+            return None
+        files = {entry["relpath"]: entry["md5"] for entry in json.loads(listing.read_text())}
+        table = _cached(repo, files.get("results.parquet"))
+        return read_rows(table, schemas.EVAL_RESULTS) if table is not None else None
+    except (InterlockError, OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+        return None  # a results table this reader cannot use is as good as none: no paired comparison
+
+
+def _cached(repo: Path, digest: str | None) -> Path | None:
+    """A file of the DVC cache by its md5 (DVC 3's layout, then DVC 2's)."""
+    if not digest:
+        return None
+    for folder in (repo / ".dvc" / "cache" / "files" / "md5", repo / ".dvc" / "cache"):
+        path = folder / digest[:2] / digest[2:]
+        if path.is_file():
+            return path
+    return None
+
+
 def read_experiments(repo: Path | str, group: str | None = None) -> list[Experiment]:
     """Every finished experiment of ``repo`` (of the sweep ``group`` only, when given), oldest
-    first; one without its evaluate metrics (it failed before evaluating) is left out."""
+    first; one without its evaluate metrics (it failed before evaluating) is left out. The paths
+    are read from each experiment's own ``params.yaml`` (an older layout reads as well)."""
     repo = Path(repo)
     listing = _git(repo, "for-each-ref", "--sort=committerdate", "--format=%(refname) %(objectname)",
                    "refs/exps/")
@@ -81,22 +145,27 @@ def read_experiments(repo: Path | str, group: str | None = None) -> list[Experim
             continue  # DVC's own bookkeeping refs, not finished experiments
         params_text = _at(repo, rev, "params.yaml")
         params = yaml.safe_load(params_text) if params_text else None
-        if not isinstance(params, dict) or "paths" not in params:
+        paths = params.get("paths") if isinstance(params, dict) else None
+        if not isinstance(paths, dict) or "metrics" not in paths or "evaluation" not in paths:
             continue  # not an experiment of this pipeline's layout
-        paths = Paths.model_validate(params["paths"])
-        texts = {stem: _at(repo, rev, paths.metrics_of(stem).as_posix()) for stem in METRICS_FILES}
+        name = ref.rsplit("/", 1)[-1]
+        if group is not None and (params.get("tracking") or {}).get("group") != group:
+            continue
+        metrics_folder = PurePosixPath(paths["metrics"])
+        texts = {stem: _at(repo, rev, (metrics_folder / f"{stem}.json").as_posix()) for stem in METRICS_FILES}
         if texts["evaluate"] is None:
             continue
         metrics = {stem: json.loads(text) for stem, text in texts.items() if text is not None}
-        experiment = Experiment(ref.rsplit("/", 1)[-1], rev, params, metrics)
-        if group is None or experiment.group == group:
-            experiments.append(experiment)
+        experiments.append(Experiment(name, rev, params, metrics,
+                                      _cached_results(repo, rev, str(paths["evaluation"]))))
     return experiments
 
 
 def ablation_frame(experiments: Sequence[Experiment]) -> pd.DataFrame:
     """One row per experiment x pool x model x metric, with what the experiment varied and what
-    its training set and judge cost; ``delta`` is against the experiment's reference model."""
+    its training set and judge cost; ``delta`` is against the experiment's reference model, with
+    its interval and ``delta_mde``, the minimum detectable effect at the experiment's size (None
+    for the reference itself, and for metrics written before ``evaluate.json`` carried it)."""
     frames = []
     for experiment in experiments:
         frame = comparison_frame(experiment.metrics["evaluate"])
@@ -106,8 +175,9 @@ def ablation_frame(experiments: Sequence[Experiment]) -> pd.DataFrame:
         frame.insert(1, "group", experiment.group)
         frame.insert(2, "breadth", experiment.breadth)
         frame.insert(3, "judge", experiment.judge)
-        frame.insert(4, "seeds", experiment.metrics.get("train", {}).get("seeds"))
-        frame.insert(5, "training_trajectories", experiment.metrics.get("sample", {}).get("trajectories"))
+        frame.insert(4, "intervention", experiment.intervention)
+        frame.insert(5, "seeds", experiment.metrics.get("train", {}).get("seeds"))
+        frame.insert(6, "training_trajectories", experiment.metrics.get("sample", {}).get("trajectories"))
         frame["judge_seconds_per_rollout"] = judge.get("seconds_per_rollout")
         frame["judge_output_tokens_per_rollout"] = judge.get("output_tokens_per_rollout")
         frames.append(frame)
@@ -116,27 +186,203 @@ def ablation_frame(experiments: Sequence[Experiment]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)[COLUMNS]
 
 
+# ----------------------------------------------------------------------------- comparisons
+
+def _level_key(axis: str, level: object) -> tuple:
+    """Sort key of an axis level: the reference first (no intervention, fewest domains, the
+    agent judge), ``domains=all`` (no breadth) last."""
+    if _absent(level):
+        return (2, 0.0, "")
+    order = LEVEL_ORDER.get(axis, ())
+    if level in order:
+        return (0, float(order.index(level)), "")
+    return (1, float(level), "") if isinstance(level, Real) else (1, 0.0, str(level))
+
+
+def axis_comparisons(experiments: Sequence[Experiment], metrics: Sequence[str] = tuple(TABLE_METRICS)
+                     ) -> pd.DataFrame:
+    """What each ablation compares: per axis (:data:`AXES`), among experiments of one sweep
+    (``tracking.group``) that agree on the other axes, every experiment against the one at the
+    axis's reference level (intervention ``none``; the fewest training domains; the ``agent``
+    judge), per pool x model x metric. ``difference`` is ``value - reference_value``; ``low``,
+    ``high`` and ``mde`` (the minimum detectable effect at the run's size) come from a bootstrap
+    paired by task over both experiments' per-episode results (``paired``); they are missing where
+    either experiment's results are not in the DVC cache or the two ran different tasks."""
+    rows: list[dict] = []
+    for axis in AXES:
+        others = [a for a in AXES if a != axis]
+        sweeps: dict[tuple, list[Experiment]] = defaultdict(list)
+        for experiment in experiments:
+            sweeps[(experiment.group, *(getattr(experiment, a) for a in others))].append(experiment)
+        for members in sweeps.values():
+            levels = sorted({getattr(e, axis) for e in members}, key=lambda level: _level_key(axis, level))
+            if len(levels) < 2:
+                continue
+            reference = next(e for e in members if getattr(e, axis) == levels[0])
+            for experiment in sorted(members, key=lambda e: _level_key(axis, getattr(e, axis))):
+                if getattr(experiment, axis) != levels[0]:
+                    rows += _compare(axis, experiment, reference, metrics)
+    frame = pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
+    for column in ("value", "reference_value", "difference", "low", "high", "mde"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    return frame
+
+
+def _compare(axis: str, experiment: Experiment, reference: Experiment, metrics: Sequence[str]) -> list[dict]:
+    """``experiment`` against ``reference`` on every pool, model and metric both evaluated."""
+    rows = []
+    ours = experiment.metrics["evaluate"].get("pools", {})
+    theirs = reference.metrics["evaluate"].get("pools", {})
+    settings = reference.params.get("eval") or {}
+    resamples, confidence = int(settings.get("bootstrap", 1000)), float(settings.get("confidence", 0.95))
+    seed = int(reference.params.get("seed", 0))
+    for pool in [p for p in theirs if p in ours]:
+        for model in [m for m in theirs[pool].get("models", {}) if m in ours[pool].get("models", {})]:
+            own = _per_task(experiment.results, pool, model)
+            other = _per_task(reference.results, pool, model)
+            paired = own is not None and other is not None and own[0] == other[0] and bool(own[0])
+            for metric in metrics:
+                mine = ours[pool]["models"][model].get(metric)
+                base = theirs[pool]["models"][model].get(metric)
+                if mine is None or base is None:
+                    continue
+                row = {"axis": axis, "group": experiment.group, "experiment": experiment.name,
+                       "level": getattr(experiment, axis), "reference_experiment": reference.name,
+                       "reference_level": getattr(reference, axis), "pool": pool, "model": model,
+                       "metric": metric, "tasks": ours[pool].get("tasks"), "value": mine["value"],
+                       "reference_value": base["value"], "difference": None, "low": None, "high": None,
+                       "mde": None, "paired": False}
+                if mine["value"] is not None and base["value"] is not None:
+                    row["difference"] = round(mine["value"] - base["value"], 6) + 0.0
+                values = (task_values(own[1], METRICS[metric], own[0]) if paired else None,
+                          task_values(other[1], METRICS[metric], other[0]) if paired else None)
+                if values[0] is not None and values[1] is not None:
+                    tasks = bootstrap_indices(len(own[0]), resamples, seed, pool)
+                    draws = [seed_indices(len(v), resamples, seed, pool, f"{e.name}/{model}")
+                             for v, e in zip(values, (experiment, reference), strict=True)]
+                    delta = paired_delta(values[0], values[1], tasks, confidence, *draws)
+                    row.update({"difference": delta["value"], "low": delta["low"], "high": delta["high"],
+                                "mde": delta["mde"], "paired": True})
+                rows.append(row)
+    return rows
+
+
+def _per_task(results: list[dict] | None, pool: str, model: str) -> tuple[list[str], list[dict]] | None:
+    """One model's result rows on one pool and its sorted task ids (None without results)."""
+    if results is None:
+        return None
+    rows = [r for r in results if r["pool"] == pool and r["model"] == model]
+    return (sorted({r["task_id"] for r in rows}), rows) if rows else None
+
+
+def describe(row: object, digits: int = 3) -> str:
+    """One comparison in words: the difference, its interval, and the MDE, with what it means (a
+    difference whose interval covers 0 is "not detected", and the MDE says how large one would
+    have been)."""
+    fmt = f"{{:+.{digits}f}}"
+    if _absent(getattr(row, "difference", None)):
+        return "n/a"
+    text = fmt.format(row.difference)
+    if _absent(row.low) or _absent(row.high) or _absent(row.mde):
+        return f"{text} (not paired: no per-task results in the DVC cache, or other tasks; no MDE)"
+    found = "detected" if row.low > 0 or row.high < 0 else "not detected"
+    return f"{text} [{fmt.format(row.low)}, {fmt.format(row.high)}], MDE {row.mde:.{digits}f}: {found}"
+
+
+def comparison_table(comparisons: pd.DataFrame, pool: str = "benchmark", metric: str = "pass_rate",
+                     models: Sequence[str] | None = None) -> pd.DataFrame:
+    """The comparisons of one pool and metric (of ``models`` only, when given), each in words
+    (:func:`describe`): one row per ablation x experiment x model."""
+    rows = comparisons[(comparisons["pool"] == pool) & (comparisons["metric"] == metric)]
+    if models is not None:
+        rows = rows[rows["model"].isin(list(models))]
+    name = TABLE_METRICS.get(metric, metric)
+    return pd.DataFrame({
+        "ablation": rows["axis"], "experiment": rows["experiment"], "level": rows["level"].map(level_name),
+        "against": rows["reference_experiment"], "reference level": rows["reference_level"].map(level_name),
+        "model": rows["model"],
+        f"{name} difference [interval], MDE": [describe(r) for r in rows.itertuples()],
+    }).reset_index(drop=True)
+
+
+def level_name(level: object) -> str:
+    """An ablation level in words: a breadth as ``dN`` (``domains=all`` for none), else the name."""
+    if _absent(level):
+        return "domains=all"
+    return f"d{int(level)}" if isinstance(level, Real) else str(level)
+
+
+def _absent(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 # ----------------------------------------------------------------------------- pictures
+
+#: what the pictures say their MDE annotations mean
+MDE_NOTE = ("MDE: the smallest true difference from {} this run would detect\n"
+            "(95% confidence, 80% power; paired bootstrap over tasks; none drawn where nothing varies)")
+
 
 def _selected(frame: pd.DataFrame, model: str, pool: str) -> pd.DataFrame:
     return frame[(frame["model"] == model) & (frame["pool"] == pool)]
 
 
+def _varying(rows: pd.DataFrame, axis: str) -> pd.DataFrame:
+    """The rows of the sweeps (``group``) in which ``axis`` takes two levels or more, if any sweep
+    does; else all of them."""
+    groups = rows["group"].astype(object).where(rows["group"].notna(), "")
+    varied = rows.groupby(groups)[axis].transform(lambda levels: levels.astype(object).nunique() > 1)
+    return rows[varied] if varied.any() else rows
+
+
+def _levels(rows: pd.DataFrame, axis: str) -> list[tuple[object, str]]:
+    """(level, the first experiment at that level) in comparison order."""
+    first = rows.drop_duplicates(subset=[axis])[[axis, "experiment"]]
+    return sorted(zip(first[axis], first["experiment"], strict=True),
+                  key=lambda item: _level_key(axis, item[0]))
+
+
+def _mde(comparisons: pd.DataFrame | None, axis: str, experiment: str, model: str, pool: str,
+         metric: str) -> float | None:
+    """The MDE of ``experiment``'s comparison along ``axis`` to draw: None where there is none, or
+    where it is 0 (identical per-task values on both sides: nothing varies, nothing to detect)."""
+    if comparisons is None or comparisons.empty:
+        return None
+    hit = comparisons[(comparisons["axis"] == axis) & (comparisons["experiment"] == experiment)
+                      & (comparisons["model"] == model) & (comparisons["pool"] == pool)
+                      & (comparisons["metric"] == metric)]["mde"].dropna()
+    return float(hit.iloc[0]) if len(hit) and hit.iloc[0] > 0 else None
+
+
 def plot_breadth(frame: pd.DataFrame, model: str = "rft", pool: str = "benchmark",
-                 metrics: Sequence[str] = BAR_METRICS) -> Figure:
+                 metrics: Sequence[str] = BAR_METRICS, comparisons: pd.DataFrame | None = None) -> Figure:
     """Each transfer metric of ``model`` against the number of training domains, with intervals
-    (experiments at ``domains=all`` are left out: they have no breadth)."""
+    (experiments at ``domains=all`` are left out: they have no breadth), one line per judge and
+    intervention; with ``comparisons`` (:func:`axis_comparisons`), each breadth past the first is
+    labelled with its comparison's MDE."""
     rows = _selected(frame, model, pool).dropna(subset=["breadth"])
-    fig = Figure(figsize=(3.2 * len(metrics), 3.2), layout="constrained")
+    rows = _varying(rows, "breadth") if len(rows) else rows
+    several = rows["group"].astype(object).nunique(dropna=False) > 1
+    fig = Figure(figsize=(3.2 * len(metrics), 3.4), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    annotated = False
     for ax, metric in zip(axes, metrics, strict=True):
         points = rows[rows["metric"] == metric].sort_values("breadth")
-        for i, (judge, group) in enumerate(points.groupby("judge", sort=True)):
+        lines = points.groupby(["group", "judge", "intervention"], sort=True, dropna=False)
+        for i, ((sweep, judge, intervention), group) in enumerate(lines):
             x = group["breadth"].astype(float)
             err = [(group["value"] - group["low"]).clip(lower=0),
                    (group["high"] - group["value"]).clip(lower=0)]
+            label = (f"{judge} judge" + ("" if intervention == "none" else f", {intervention}")
+                     + (f" ({sweep})" if several and not _absent(sweep) else ""))
             ax.errorbar(x, group["value"], yerr=err, marker="o", capsize=3,
-                        color=COLORS[(i + 1) % len(COLORS)], label=f"{judge} judge")
+                        color=COLORS[(i + 1) % len(COLORS)], label=label)
+            for item in group.itertuples():
+                mde = _mde(comparisons, "breadth", item.experiment, model, pool, metric)
+                if mde is not None:
+                    ax.annotate(f"MDE {mde:.2f}", (float(item.breadth), item.value), xytext=(4, -11),
+                                textcoords="offset points", fontsize=7, color=COLORS[(i + 1) % len(COLORS)])
+                    annotated = True
         ax.set_xscale("log", base=2)
         ax.set_xlabel("training domains")
         ax.set_title(TABLE_METRICS[metric])
@@ -147,50 +393,107 @@ def plot_breadth(frame: pd.DataFrame, model: str = "rft", pool: str = "benchmark
             ax.set_xticks(ticks, [str(int(b)) for b in ticks])
             ax.legend(fontsize=7)
     fig.suptitle(f"{model} on {pool}: transfer against domain breadth (fixed trajectory count)")
+    if annotated:
+        fig.supxlabel(MDE_NOTE.format("the fewest domains"), fontsize=7)
     return fig
+
+
+def _bars(ax, rows: pd.DataFrame, axis: str, groups: Sequence[str], key: str, label, comparisons,
+          pool: str, model_of, metric_of) -> list[tuple[object, str]]:
+    """Bars per level of ``axis`` (its first experiment at each level) for each of ``groups``
+    (``key``: the column they are values of), with intervals, MDE above each compared bar."""
+    levels = _levels(rows, axis)
+    width = 0.8 / max(1, len(levels))
+    for i, (level, experiment) in enumerate(levels):
+        own = rows[rows["experiment"] == experiment].drop_duplicates(subset=[key]).set_index(key)
+        values = [own.loc[g, "value"] if g in own.index else math.nan for g in groups]
+        low = [max(0.0, own.loc[g, "value"] - own.loc[g, "low"]) if g in own.index else 0 for g in groups]
+        high = [max(0.0, own.loc[g, "high"] - own.loc[g, "value"]) if g in own.index else 0 for g in groups]
+        xs = [x + i * width for x in range(len(groups))]
+        ax.bar(xs, np.nan_to_num(values), width, yerr=[np.nan_to_num(low), np.nan_to_num(high)], capsize=3,
+               label=label(level, own), color=COLORS[(i + 1) % len(COLORS)])
+        for x, g, value in zip(xs, groups, values, strict=True):
+            mde = None if i == 0 else _mde(comparisons, axis, experiment, model_of(g), pool, metric_of(g))
+            if mde is not None:
+                top = value + (high[groups.index(g)] if not math.isnan(value) else 0)
+                ax.text(x, min(0.97, (0 if math.isnan(top) else top) + 0.02), f"MDE\n{mde:.2f}",
+                        ha="center", va="bottom", fontsize=6)
+    ax.set_xticks([x + width * (len(levels) - 1) / 2 for x in range(len(groups))],
+                  [TABLE_METRICS.get(g, g) for g in groups], fontsize=8)
+    ax.set_ylim(0, 1)
+    return levels
 
 
 def plot_judges(frame: pd.DataFrame, model: str = "rft", pool: str = "benchmark",
-                metrics: Sequence[str] = BAR_METRICS) -> Figure:
+                metrics: Sequence[str] = BAR_METRICS, comparisons: pd.DataFrame | None = None) -> Figure:
     """``model``'s transfer metrics trained on the agent judge's accepted set against the text
-    judge's, as bars with intervals, each judge's cost (seconds per rollout) in the legend."""
-    rows = _selected(frame, model, pool)
-    judges = sorted(rows["judge"].unique())
-    fig = Figure(figsize=(7, 3.4), layout="constrained")
+    judge's, as bars with intervals, each judge's cost (seconds per rollout) in the legend; with
+    ``comparisons`` (:func:`axis_comparisons`), the text judge's bars carry their comparison's MDE.
+    From a sweep that varies the judge, where there is one."""
+    rows = _varying(_selected(frame, model, pool), "judge")
+    fig = Figure(figsize=(7, 3.6), layout="constrained")
     ax = fig.add_subplot()
-    width = 0.8 / max(1, len(judges))
-    for i, judge in enumerate(judges):
-        own = rows[rows["judge"] == judge].groupby("metric").first()
-        values = [own.loc[m, "value"] if m in own.index else math.nan for m in metrics]
-        low = [own.loc[m, "value"] - own.loc[m, "low"] if m in own.index else 0 for m in metrics]
-        high = [own.loc[m, "high"] - own.loc[m, "value"] if m in own.index else 0 for m in metrics]
+
+    def label(judge: object, own: pd.DataFrame) -> str:
         cost = own["judge_seconds_per_rollout"].dropna()
-        label = f"{judge} judge" + (f" ({cost.iloc[0]:.3g} s/rollout)" if len(cost) else "")
-        ax.bar([x + i * width for x in range(len(metrics))], values, width, yerr=[low, high], capsize=3,
-               label=label, color=COLORS[(i + 1) % len(COLORS)])
-    ax.set_xticks([x + width * (len(judges) - 1) / 2 for x in range(len(metrics))],
-                  [TABLE_METRICS[m] for m in metrics], fontsize=8)
-    ax.set_ylim(0, 1)
+        return f"{judge} judge" + (f" ({cost.iloc[0]:.3g} s/rollout)" if len(cost) else "")
+
+    levels = _bars(ax, rows, "judge", list(metrics), "metric", label, comparisons, pool,
+                   lambda _: model, lambda metric: metric)
     ax.set_title(f"{model} on {pool}: trained on each judge's accepted set")
-    if judges:
+    if levels:
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no experiments", ha="center", va="center", transform=ax.transAxes)
+    if levels and _mde(comparisons, "judge", levels[-1][1], model, pool, metrics[0]) is not None:
+        fig.supxlabel(MDE_NOTE.format("the agent judge"), fontsize=7)
     return fig
 
 
-def write_ablation_report(repo: Path | str, out: Path | str, group: str | None = None) -> pd.DataFrame:
-    """Read the finished experiments (of ``group``), write ``ablations.tsv``, ``breadth.png`` and
-    ``judges.png`` under ``out``; return the table."""
+def plot_interventions(frame: pd.DataFrame, pool: str = "benchmark", metric: str = "pass_rate",
+                       comparisons: pd.DataFrame | None = None) -> Figure:
+    """``metric`` of every evaluated model with and without rollout-time intervention (``none``
+    against ``rti``), as bars with intervals; with ``comparisons`` (:func:`axis_comparisons`),
+    the rti bars carry their comparison's MDE. From a sweep that varies the intervention, where
+    there is one."""
+    rows = frame[(frame["pool"] == pool) & (frame["metric"] == metric)]
+    rows = _varying(rows, "intervention") if len(rows) else rows
+    models = list(dict.fromkeys(rows["model"]))
+    fig = Figure(figsize=(max(5.0, 1.8 * len(models) + 2), 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    levels = _bars(ax, rows, "intervention", models, "model",
+                   lambda level, _: "no intervention" if level == "none" else str(level), comparisons, pool,
+                   lambda model: model, lambda _: metric)
+    ax.set_ylabel(TABLE_METRICS.get(metric, metric))
+    ax.set_title(f"{TABLE_METRICS.get(metric, metric)} on {pool}: rollout-time intervention")
+    if len(levels) > 1:
+        ax.legend(fontsize=8)
+    if len(levels) < 2:
+        ax.text(0.5, 0.5, "no intervention sweep (intervention=none,rti)" if levels else "no experiments",
+                ha="center", va="center", transform=ax.transAxes, color="#6b7280")
+    if len(levels) > 1 and any(_mde(comparisons, "intervention", levels[-1][1], m, pool, metric) is not None
+                               for m in models):
+        fig.supxlabel(MDE_NOTE.format("no intervention"), fontsize=7)
+    return fig
+
+
+def write_ablation_report(repo: Path | str, out: Path | str, group: str | None = None
+                          ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Read the finished experiments (of ``group``), write ``ablations.tsv``, ``comparisons.tsv``
+    (:func:`axis_comparisons`, each with its MDE), ``breadth.png``, ``judges.png`` and
+    ``interventions.png`` under ``out``; return the table and the comparisons."""
     experiments = read_experiments(repo, group)
     if not experiments:
         where = f" in group {group!r}" if group else ""
         raise InterlockError(f"no finished experiment{where}; run a sweep (`dvc exp run --queue ...`, "
                              "then `dvc queue start`)", file=str(repo))
     frame = ablation_frame(experiments)
+    comparisons = axis_comparisons(experiments)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out / "ablations.tsv", sep="\t", index=False, float_format="%.6g")
-    plot_breadth(frame).savefig(out / "breadth.png", dpi=120)
-    plot_judges(frame).savefig(out / "judges.png", dpi=120)
-    return frame
+    comparisons.to_csv(out / "comparisons.tsv", sep="\t", index=False, float_format="%.6g")
+    plot_breadth(frame, comparisons=comparisons).savefig(out / "breadth.png", dpi=120)
+    plot_judges(frame, comparisons=comparisons).savefig(out / "judges.png", dpi=120)
+    plot_interventions(frame, comparisons=comparisons).savefig(out / "interventions.png", dpi=120)
+    return frame, comparisons

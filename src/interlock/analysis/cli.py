@@ -74,7 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--group", metavar="NAME", help="only the experiments of this sweep (tracking.group)")
     p.add_argument("--repo", type=Path, default=Path("."), help="repository (default: .)")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="DIR",
-                   help="for ablations.tsv, breadth.png and judges.png (default: reports/<group or all>)")
+                   help="for ablations.tsv, comparisons.tsv and the ablations' pictures "
+                        "(default: reports/<group or all>)")
     p.set_defaults(run=cmd_collect)
     return parser
 
@@ -210,20 +211,39 @@ def cmd_params(args: argparse.Namespace, console: Console) -> None:
 
 
 def cmd_collect(args: argparse.Namespace, console: Console) -> None:
-    from interlock.analysis.ablations import write_ablation_report  # matplotlib only when collecting
+    # matplotlib only when collecting
+    from interlock.analysis.ablations import describe, level_name, write_ablation_report
 
     out = args.output or Path("reports") / (args.group or "all")
-    frame = write_ablation_report(args.repo, out, args.group)
+    frame, comparisons = write_ablation_report(args.repo, out, args.group)
     shown = frame[(frame["pool"] == "benchmark") & (frame["metric"] == "pass_rate")]
-    table = Table("experiment", "breadth", "judge", "seeds", "trajectories", "model", "pass rate",
-                  "delta vs base")
+    table = Table("experiment", "breadth", "judge", "intervention", "seeds", "trajectories", "model",
+                  "pass rate", "delta vs base", "MDE")
     for row in shown.itertuples():
-        table.add_row(row.experiment, _count(row.breadth, "all"), row.judge, _count(row.seeds),
-                      _count(row.training_trajectories), row.model,
+        table.add_row(row.experiment, _count(row.breadth, "all"), row.judge, row.intervention,
+                      _count(row.seeds), _count(row.training_trajectories), row.model,
                       f"{row.value:.3f} [{row.low:.3f}, {row.high:.3f}]",
-                      f"{row.delta:+.3f} [{row.delta_low:+.3f}, {row.delta_high:+.3f}]")
+                      f"{row.delta:+.3f} [{row.delta_low:+.3f}, {row.delta_high:+.3f}]", _mde(row.delta_mde))
     _print_table(console, f"benchmark task pass rate, {frame['experiment'].nunique()} experiments", table)
-    console.print(f"wrote {escape(str(out))}/ablations.tsv, breadth.png, judges.png")
+    compared = comparisons[(comparisons["pool"] == "benchmark") & (comparisons["metric"] == "pass_rate")
+                           & (comparisons["model"] == "rft")]
+    if len(compared):
+        versus = Table("ablation", "experiment", "against",
+                       escape("rft pass-rate difference [interval], MDE"))
+        for row in compared.itertuples():
+            versus.add_row(row.axis, escape(f"{row.experiment} ({level_name(row.level)})"),
+                           escape(f"{row.reference_experiment} ({level_name(row.reference_level)})"),
+                           escape(describe(row)))
+        console.print()
+        _print_table(console, "each ablation's comparison (MDE: the smallest true difference this run "
+                     "would detect, 95% confidence, 80% power)", versus)
+    console.print(f"wrote {escape(str(out))}/ablations.tsv, comparisons.tsv, breadth.png, judges.png, "
+                  "interventions.png")
+
+
+def _mde(value: object) -> str:
+    """A minimum detectable effect from a table cell (n/a for the reference and older metrics)."""
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
 
 
 def _artifacts(args: argparse.Namespace) -> Artifacts:

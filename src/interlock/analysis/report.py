@@ -116,7 +116,9 @@ def read_plot(path: Path | str) -> pd.DataFrame:
 def comparison_frame(evaluate: Mapping) -> pd.DataFrame:
     """``metrics/evaluate.json`` as one row per pool x model x metric: ``value``, ``low``,
     ``high`` and the paired delta against the reference model (``delta``, ``delta_low``,
-    ``delta_high``; 0 for the reference itself), with the pool's ``tasks`` and the model's
+    ``delta_high``; 0 for the reference itself) with its minimum detectable effect at the run's
+    size (``delta_mde``; missing for the reference, and in metrics written before
+    ``evaluate.json`` carried it), with the pool's ``tasks`` and the model's
     ``episodes`` and ``context_failures`` (episodes that ended for the context window). A pool
     without tasks keeps its rows, with missing values."""
     rows = []
@@ -132,8 +134,9 @@ def comparison_frame(evaluate: Mapping) -> pd.DataFrame:
                              "high": flat[f"{metric}_high"],
                              "delta": flat.get(f"delta_{metric}"),
                              "delta_low": flat.get(f"delta_{metric}_low"),
-                             "delta_high": flat.get(f"delta_{metric}_high")})
-    numbers = ["value", "low", "high", "delta", "delta_low", "delta_high"]
+                             "delta_high": flat.get(f"delta_{metric}_high"),
+                             "delta_mde": flat.get(f"delta_{metric}_mde")})
+    numbers = ["value", "low", "high", "delta", "delta_low", "delta_high", "delta_mde"]
     frame = pd.DataFrame(rows, columns=["pool", "model", "metric", "tasks", "episodes", "context_failures",
                                         *numbers])
     for column in numbers:
@@ -144,14 +147,18 @@ def comparison_frame(evaluate: Mapping) -> pd.DataFrame:
 def comparison_table(evaluate: Mapping, digits: int = 3) -> pd.DataFrame:
     """The comparison table: one row per pool x model, each metric as ``value [low, high]`` and
     its delta against the reference (the first model) as ``+delta [low, high]`` (paired
-    bootstrap interval over tasks); ``ref`` for the reference itself, ``n/a`` where a pool has
-    no tasks or a benchmark has no such metric (BFCL: completion gap). ``context failures``
-    counts the episodes that ended because the prompt outgrew the context window (failures)."""
+    bootstrap interval over tasks) and, next to it, ``MDE <metric>``: the minimum detectable
+    effect of that delta at the run's size (the smallest true difference it would detect at 95%
+    confidence and 80% power; a delta whose interval covers 0 is "too small a run to tell" below
+    it); ``ref`` for the reference itself, ``n/a`` where a pool has no tasks or a benchmark has no
+    such metric (BFCL: completion gap), or metrics predate the MDE. ``context failures`` counts
+    the episodes that ended because the prompt outgrew the context window (failures)."""
     frame = comparison_frame(evaluate)
     reference = evaluate.get("reference")
     index = pd.MultiIndex.from_tuples([], names=["pool", "model"])
     counts = {"tasks": "tasks", "episodes": "episodes", "context_failures": CONTEXT_FAILURES}
-    columns = [*counts.values()] + [c for m in TABLE_METRICS.values() for c in (m, f"Δ {m} vs {reference}")]
+    columns = [*counts.values()] + [c for m in TABLE_METRICS.values()
+                                    for c in (m, f"Δ {m} vs {reference}", f"MDE {m}")]
     if frame.empty:
         return pd.DataFrame(index=index, columns=columns)
     rows = {}
@@ -163,6 +170,8 @@ def comparison_table(evaluate: Mapping, digits: int = 3) -> pd.DataFrame:
             row[f"Δ {name} vs {reference}"] = ("ref" if model == reference else
                                                _interval(item.delta, item.delta_low, item.delta_high,
                                                          digits, signed=True))
+            row[f"MDE {name}"] = ("ref" if model == reference else
+                                  MISSING if _missing(item.delta_mde) else f"{item.delta_mde:.{digits}f}")
         rows[pool, model] = row
     table = pd.DataFrame.from_dict(rows, orient="index").reindex(columns=columns).fillna(MISSING)
     table.index = pd.MultiIndex.from_tuples(list(rows), names=["pool", "model"])
@@ -282,6 +291,81 @@ def plot_domain_pass_rates(domains: pd.DataFrame) -> Figure:
 def _empty(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#6b7280")
     ax.set_axis_off()
+
+
+# ----------------------------------------------------------------------------- intervention
+
+@dataclass(frozen=True)
+class InterventionNll:
+    """The distribution-shift filter's NLL histograms (``intervene_nll``): the policy's own
+    accepted turns and the corrections (``nll``: the bin centre, ``count``), and the threshold a
+    kept correction's NLL is at most (None where none was set)."""
+
+    accepted: pd.DataFrame
+    corrections: pd.DataFrame
+    threshold: float | None
+
+    @property
+    def empty(self) -> bool:
+        """Nothing scored: the files a run with ``intervention=none`` writes (headers only)."""
+        return self.accepted.empty and self.corrections.empty
+
+
+def read_intervention_nll(folder: Path | str) -> InterventionNll | None:
+    """The filter's histograms from ``folder`` (``accepted.tsv``, ``corrections.tsv``,
+    ``threshold.tsv``); None when any is missing (a run from before the intervene stage; a run
+    with ``intervention=none`` writes them without rows: :attr:`InterventionNll.empty`)."""
+    folder = Path(folder)
+    files = {name: folder / f"{name}.tsv" for name in ("accepted", "corrections", "threshold")}
+    if not all(path.is_file() for path in files.values()):
+        return None
+    threshold = pd.to_numeric(read_plot(files["threshold"]).get("nll", pd.Series(dtype=float)),
+                              errors="coerce").dropna()
+    return InterventionNll(read_plot(files["accepted"]), read_plot(files["corrections"]),
+                           float(threshold.iloc[0]) if len(threshold) else None)
+
+
+def intervention_domains(path: Path | str) -> pd.DataFrame | None:
+    """``intervene_domains`` as a table, one row per training domain (its rollouts, and how many
+    failed, were diagnosed, corrected, verified and kept) and a ``total`` row; None when the file
+    is missing, no rows after a run with ``intervention=none``."""
+    if not Path(path).is_file():
+        return None
+    table = read_plot(path).set_index("domain_id")
+    if table.empty:
+        return table
+    counts = [c for c in table.columns if pd.api.types.is_numeric_dtype(table[c])]
+    table.loc["total", counts] = table[counts].sum()
+    return table.astype({c: int for c in counts})
+
+
+def plot_intervention_nll(nll: InterventionNll) -> Figure:
+    """The two NLL histograms of the filter, one above the other on one NLL axis, with the
+    threshold as a vertical line: corrections to its left are as likely under the starting
+    checkpoint as the policy's own accepted turns, and are kept."""
+    fig = Figure(figsize=(7, 4.2), layout="constrained")
+    axes = fig.subplots(2, 1, sharex=True)
+    parts = (("the policy's accepted turns", nll.accepted, COLORS[2]),
+             ("corrections", nll.corrections, COLORS[3]))
+    for ax, (title, frame, color) in zip(axes, parts, strict=True):
+        frame = frame.dropna(subset=["nll", "count"]).sort_values("nll") if len(frame) else frame
+        total = int(frame["count"].sum()) if len(frame) else 0
+        if total:
+            centres = frame["nll"].astype(float).to_numpy()
+            steps = [b - a for a, b in zip(centres, centres[1:], strict=False) if b > a]
+            ax.bar(centres, frame["count"], width=0.9 * (min(steps) if steps else 0.1), color=color)
+        else:
+            ax.text(0.5, 0.5, "none scored", ha="center", va="center", transform=ax.transAxes,
+                    color="#6b7280")
+        if nll.threshold is not None:
+            ax.axvline(nll.threshold, color="#dc2626", linestyle="--", linewidth=1.2,
+                       label=f"threshold {nll.threshold:.3g}")
+            ax.legend(fontsize=8)
+        ax.set_ylabel("count")
+        ax.set_title(f"{title}: {total}", fontsize=10)
+    axes[-1].set_xlabel("mean token NLL under the starting checkpoint")
+    fig.suptitle("distribution-shift filter: corrections at or left of the threshold are kept", fontsize=10)
+    return fig
 
 
 # ----------------------------------------------------------------------------- one task

@@ -196,6 +196,32 @@ class EvalConfig(_Strict):
     confidence: float = Field(gt=0, lt=1)
 
 
+class ShiftFilterConfig(_Strict):
+    """The distribution-shift filter: a correction is kept when the mean token NLL of its corrected
+    turns under the starting checkpoint is at most the ``quantile`` of the policy's own accepted
+    turns' NLL, times ``margin``."""
+
+    quantile: float = Field(gt=0, le=1)
+    margin: float = Field(gt=0)
+
+
+class InterventionConfig(_Strict):
+    """Rollout-time intervention: ``none`` (rejection sampling alone) or ``rti`` (failed rollouts
+    diagnosed, corrected from the intervention point, verified, filtered and reweighted)."""
+
+    name: Literal["none", "rti"]
+    critic: Literal["scripted", "policy"]  # who writes the note: a program, or the starting checkpoint
+    corrector: Literal["scripted", "policy"]  # who writes the corrected turns: the oracle, or the checkpoint
+    filter: ShiftFilterConfig
+    weight_cap: float = Field(gt=0)  # a kept correction's weight: min(cap, exp(reference NLL - its NLL))
+    mask: Literal["corrected", "all"]  # loss on the corrected turns only, or on every assistant turn
+    critic_max_new_tokens: int = Field(ge=1)
+
+    @property
+    def enabled(self) -> bool:
+        return self.name != "none"
+
+
 class TrackingConfig(_Strict):
     """W&B: offline by default (``WANDB_MODE`` in the environment wins), online, or disabled."""
 
@@ -221,6 +247,7 @@ class Params(BaseModel):
     train: TrainConfig
     eval: EvalConfig
     tracking: TrackingConfig
+    intervention: InterventionConfig
 
     @model_validator(mode="after")
     def _breadth_fits_the_scale(self) -> Params:

@@ -39,6 +39,8 @@ class Paths(BaseModel):
     rollouts_work: Path  # resumable parts of an unfinished rollouts stage
     judge: Path
     accepted: Path
+    interventions: Path  # rollout-time intervention (``intervention=rti``)
+    interventions_work: Path  # resumable corrections of an unfinished intervene stage
     training_set: Path
     evaluation: Path
     evaluation_timings: Path
@@ -50,6 +52,8 @@ class Paths(BaseModel):
     accept_plot: Path
     demo_sft_loss: Path
     train_loss: Path  # a folder: one loss curve per RFT seed
+    intervene_domains_plot: Path
+    intervene_nll_plot: Path  # a folder: the NLL histograms of accepted turns and corrections, the threshold
     evaluate_models_plot: Path
     evaluate_domains_plot: Path
 
@@ -90,6 +94,10 @@ class Paths(BaseModel):
     @property
     def accepted_table(self) -> Path:
         return self.accepted / "trajectories.parquet"
+
+    @property
+    def interventions_table(self) -> Path:
+        return self.interventions / "interventions.parquet"
 
     @property
     def training_table(self) -> Path:

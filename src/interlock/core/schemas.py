@@ -63,6 +63,21 @@ TRAJECTORIES = pa.schema([
     ("invalid_calls", i32), ("prompt_tokens", i64), ("generated_tokens", i64), ("finish_reason", s),
     ("final_files", s), ("diff", s),
 ])
+#: what RFT trains on (the ``sample`` stage): trajectories with where each came from (``policy``: an
+#: accepted rollout; ``rti``: a kept correction), its training weight, and the first message whose
+#: assistant turns carry loss (0: every assistant turn)
+TRAINING_SET = pa.schema([*TRAJECTORIES, ("source", s), ("weight", f64), ("loss_from_message", i32)])
+#: the ``intervene`` stage: one row per rollout the configured judge rejected; ``turn``: the
+#: intervention point (index of the assistant turn after which the rollout was bound to fail; null
+#: where none was found), ``prefix_messages``: messages kept from the original, ``corrected``: the
+#: corrected trajectory (a TRAJECTORIES row as JSON; null where none was made), ``nll``: mean token
+#: negative log-likelihood of the corrected turns under the starting checkpoint
+INTERVENTIONS = pa.schema([
+    ("rollout_id", s), ("task_id", s), ("domain_id", s), ("turn", i32), ("failure", s),
+    ("failed_criteria", pa.list_(s)), ("critic_note", s), ("prefix_messages", i32), ("corrected", s),
+    ("verified", b), ("verdict", s), ("nll", f64), ("weight", f64), ("kept", b), ("reason", s),
+    ("source", s),
+])
 VERDICTS = pa.schema([
     ("rollout_id", s), ("task_id", s), ("judge", s), ("criterion_id", s), ("passed", b),
     ("evidence", s),

@@ -36,6 +36,13 @@ left out for that model.
 indices, drawn from ``stable_seed(seed, "evaluate", pool)`` and shared by every model and metric:
 intervals are deterministic, and a delta against the reference model is *paired* (each resample
 compares the models on the same tasks). Every model must have been run on the same tasks.
+
+**Minimum detectable effect**: every paired delta also carries ``mde``, the smallest true
+difference the run would detect at its size: :func:`minimum_detectable_effect` of the delta's
+bootstrap replicates, ``(z_{1-alpha/2} + z_power) * SE`` with SE their standard deviation (at
+alpha 0.05 and power 0.8, about 2.80 SE). A delta whose interval covers 0 says "no difference
+found"; its ``mde`` says how large a difference would have been found. :func:`tasks_needed`
+turns it around: the held-out tasks a comparison needs to detect a given effect.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from math import ceil, sqrt
+from statistics import NormalDist
 
 import numpy as np
 
@@ -67,6 +76,8 @@ METRICS = {
 #: the metrics that are fractions in [0, 1] (the ones drawn together as bars)
 RATES = ("pass_rate", "score", "criterion_pass_rate", "primary_pass_rate", "completion_gap_rate")
 DIGITS = 6
+#: the two-sided significance level and the power a minimum detectable effect is stated at
+MDE_ALPHA, MDE_POWER = 0.05, 0.8
 
 
 @dataclass(frozen=True)
@@ -173,13 +184,64 @@ def estimate(values: np.ndarray, tasks: np.ndarray, confidence: float,
 
 def paired_delta(values: np.ndarray, reference: np.ndarray, tasks: np.ndarray, confidence: float,
                  seeds: np.ndarray | None = None, reference_seeds: np.ndarray | None = None) -> dict:
-    """Mean of ``values - reference`` (same task order) and its interval, paired by task (each
-    side's seeds resampled independently)."""
+    """Mean of ``values - reference`` (same task order), its interval, paired by task (each side's
+    seeds resampled independently), and ``mde``: the minimum detectable effect at this size (the
+    replicates' :func:`minimum_detectable_effect`)."""
     values, reference = np.atleast_2d(values), np.atleast_2d(reference)
     if not values.shape[1]:
-        return {"value": None, "low": None, "high": None}
+        return {"value": None, "low": None, "high": None, "mde": None}
     replicates = _replicates(values, tasks, seeds) - _replicates(reference, tasks, reference_seeds)
-    return _interval(values.mean() - reference.mean(), replicates, confidence)
+    return {**_interval(values.mean() - reference.mean(), replicates, confidence),
+            "mde": _number(minimum_detectable_effect(replicates))}
+
+
+# ----------------------------------------------------------------------------- power
+
+def detectable_multiplier(alpha: float = MDE_ALPHA, power: float = MDE_POWER) -> float:
+    """``z_{1-alpha/2} + z_power``: how many standard errors a true difference must span to be
+    detected by a two-sided test at level ``alpha`` with probability ``power`` (about 2.80 at
+    0.05 and 0.8)."""
+    if not 0 < alpha < 1 or not 0 < power < 1:
+        raise ValueError(f"alpha and power must lie in (0, 1), got {alpha} and {power}")
+    normal = NormalDist()
+    return normal.inv_cdf(1 - alpha / 2) + normal.inv_cdf(power)
+
+
+def minimum_detectable_effect(replicates: Sequence[float] | np.ndarray, alpha: float = MDE_ALPHA,
+                              power: float = MDE_POWER) -> float:
+    """The minimum detectable effect of a comparison from its bootstrap replicates of the
+    difference: ``(z_{1-alpha/2} + z_power) * SE``, SE the replicates' standard deviation
+    (``ddof=1``; 0 for fewer than two replicates). The normal approximation: a true difference
+    this large lands outside a two-sided ``1 - alpha`` interval around 0 with probability
+    ``power``. It is the difference the run's size could resolve, whatever difference it found."""
+    replicates = np.asarray(replicates, dtype=float)
+    se = float(np.std(replicates, ddof=1)) if replicates.size > 1 else 0.0
+    return detectable_multiplier(alpha, power) * se
+
+
+def tasks_needed(per_task_sd: float, effect: float, attempts: int = 1, *, within_share: float = 1.0,
+                 alpha: float = MDE_ALPHA, power: float = MDE_POWER) -> int:
+    """How many held-out tasks a paired comparison needs to detect a true difference of
+    ``effect`` (e.g. 0.04: the paper's +4 points of pass rate) with ``attempts`` attempts per task:
+    ``ceil(((z_{1-alpha/2} + z_power) * sd_k / effect) ** 2)``, the sample size at which the
+    :func:`minimum_detectable_effect` (SE = sd_k / sqrt(tasks)) falls to ``effect``.
+
+    ``per_task_sd``: the standard deviation over tasks of the per-task paired difference (one
+    model's task value minus the other's) **with one attempt per task**, as a pilot run measures
+    it. Assumption on attempts: that variance splits into a within-task part (attempt-to-attempt
+    sampling noise, a ``within_share`` of it) and a between-task part (tasks differ in how much
+    one model beats the other). Averaging ``attempts`` independent attempts divides only the
+    within-task part: ``sd_k**2 = per_task_sd**2 * (1 - within_share + within_share / attempts)``.
+    The default ``within_share=1`` (all noise is sampling noise, so tasks x attempts is what
+    counts) is the optimistic bound; ``within_share=0`` (attempts buy nothing) the pessimistic one.
+    """
+    if effect <= 0 or per_task_sd < 0:
+        raise ValueError(f"need effect > 0 and per_task_sd >= 0, got {effect} and {per_task_sd}")
+    if attempts < 1 or not 0 <= within_share <= 1:
+        raise ValueError(f"need attempts >= 1 and 0 <= within_share <= 1, got {attempts} and {within_share}")
+    sd = per_task_sd * sqrt(1 - within_share + within_share / attempts)
+    # round away float noise before ceil, so an exact square is not bumped up by one
+    return max(1, ceil(round((detectable_multiplier(alpha, power) * sd / effect) ** 2, 9)))
 
 
 def _number(value: float) -> float:
@@ -272,8 +334,9 @@ def model_rows(pool: str, summary: dict) -> list[dict]:
 
 def table_rows(pool: str, summary: dict) -> list[dict]:
     """One row per model of one pool's summary, every metric and its delta flattened into columns
-    (the reference model's deltas are 0: it is compared with itself), and how many episodes ended
-    for the context window (0 when none did: the count is shown even where it is nothing)."""
+    (the reference model's deltas are 0: it is compared with itself; its ``delta_*_mde`` is None,
+    as it is no comparison), and how many episodes ended for the context window (0 when none did:
+    the count is shown even where it is nothing)."""
     rows = []
     reference = next(iter(summary["models"]), None)
     for model, entry in summary["models"].items():
@@ -284,11 +347,11 @@ def table_rows(pool: str, summary: dict) -> list[dict]:
                 continue
             row.update({metric: entry[metric]["value"], f"{metric}_low": entry[metric]["low"],
                         f"{metric}_high": entry[metric]["high"]})
-            delta = ({"value": 0.0, "low": 0.0, "high": 0.0} if model == reference
+            delta = ({"value": 0.0, "low": 0.0, "high": 0.0, "mde": None} if model == reference
                      else summary["deltas"][model].get(metric))
             if delta is not None:
                 row.update({f"delta_{metric}": delta["value"], f"delta_{metric}_low": delta["low"],
-                            f"delta_{metric}_high": delta["high"]})
+                            f"delta_{metric}_high": delta["high"], f"delta_{metric}_mde": delta.get("mde")})
         rows.append(row)
     return rows
 

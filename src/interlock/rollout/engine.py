@@ -70,6 +70,9 @@ class Environment(Protocol):
         """The episode's final state as the trajectory records it (``final_files``, ``diff``);
         the environment is released."""
 
+    def replay(self, messages: list[Message]) -> None:
+        """Run a conversation's tool calls again (an episode that continues from a prefix)."""
+
 
 class WorkspaceEnvironment:
     """A task's workspace on disk and the file tools: the synthesized tasks' environment."""
@@ -122,6 +125,9 @@ class Episode:
     messages: list[Message] = field(default_factory=list)
     #: opens the episode's environment in its own scratch folder (a class or any callable)
     open_environment: Callable[[Episode, Path], Environment] = WorkspaceEnvironment.of
+    #: a conversation to continue instead of the environment's opening: its calls are run again
+    #: first and its turns count towards the trajectory's (a correction continues a rollout)
+    prefix: tuple[Message, ...] = ()
     environment: Environment | None = None
     turns: int = 0
     steps: int = 0  # assistant turns since the last user message
@@ -168,9 +174,21 @@ def run_episodes(episodes: Iterable[Episode], backend: ChatBackend, limits: Roll
 def _start(episode: Episode, backend: ChatBackend, workdir: Path) -> Episode:
     episode.started = time.perf_counter()
     episode.environment = episode.open_environment(episode, workdir / episode.rollout_id)
-    episode.messages = episode.environment.opening()
+    if episode.prefix:
+        episode.messages = list(episode.prefix)
+        episode.environment.replay(episode.messages)
+        episode.turns, episode.tool_calls, episode.invalid_calls = conversation_counts(episode.messages)
+    else:
+        episode.messages = episode.environment.opening()
     backend.begin(episode.rollout_id, episode.task)
     return episode
+
+
+def conversation_counts(messages: list[Message]) -> tuple[int, int, int]:
+    """Assistant turns, tool calls and invalid calls (error observations) of a conversation."""
+    return (sum(m.role == "assistant" for m in messages),
+            sum(len(m.tool_calls) for m in messages if m.role == "assistant"),
+            sum(m.role == "tool" and m.content.startswith("error") for m in messages))
 
 
 def _act(episode: Episode, text: str, limits: RolloutLimits) -> None:

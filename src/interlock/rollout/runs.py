@@ -75,7 +75,7 @@ def write_demonstrations(tasks: Iterable[TaskContext], out: Path, *, seed: int, 
 
 def run_rollouts(episodes: Iterator[Episode], backend: ChatBackend, limits: RolloutLimits, *, total: int,
                  out: Path, timings: Path, work: Path, run_id: str, batch_size: int = 16,
-                 flush_every: int = 8) -> dict:
+                 flush_every: int = 8, desc: str = "rollouts") -> dict:
     """Run every episode not already in the work folder's parts; then write the sorted table."""
     parts = work / run_id
     for stale in (p for p in work.glob("*") if p.name != run_id):
@@ -84,7 +84,7 @@ def run_rollouts(episodes: Iterator[Episode], backend: ChatBackend, limits: Roll
     done = {row["rollout_id"] for part in sorted(parts.glob("part-*.parquet"))
             for group in iter_row_groups(part, schemas.TRAJECTORIES) for row in group}
     todo = (e for e in episodes if e.rollout_id not in done)
-    with tqdm(total=total, initial=len(done), desc="rollouts", unit="episode", dynamic_ncols=True) as bar:
+    with tqdm(total=total, initial=len(done), desc=desc, unit="episode", dynamic_ncols=True) as bar:
         finished = run_episodes(todo, backend, limits, parts / "workspaces", batch_size)
         for batch in batched(finished, flush_every):
             _flush(parts, batch)

@@ -4,14 +4,25 @@ The text is rendered exactly as the rollout engine renders prompts (the checkpoi
 template with the same tool list), so a model is trained on what it will be asked to continue.
 The chat template marks assistant text and its ``<|im_end|>`` with ``{% generation %}``; only
 those tokens carry loss. Tool results, the system prompt and the request are context only.
+
+A training set row (:data:`~interlock.core.schemas.TRAINING_SET`) adds a weight and
+``loss_from_message``: the first message whose assistant turns carry loss, so a rollout corrected
+from an intervention point is trained on the corrected turns only, its original prefix being
+context. A plain trajectories table (:data:`~interlock.core.schemas.TRAJECTORIES`, the
+demonstrations) reads as weight 1 and loss on every assistant turn.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+import math
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from interlock.core import schemas
 from interlock.core.errors import InterlockError
@@ -20,6 +31,9 @@ from interlock.models.chat_template import openai_tools
 from interlock.rollout.engine import TOOLS
 from interlock.rollout.trajectory import Trajectory
 
+#: the columns a training set adds to a trajectories table
+TRAINING_COLUMNS = tuple(n for n in schemas.TRAINING_SET.names if n not in schemas.TRAJECTORIES.names)
+
 
 @dataclass(frozen=True)
 class Example:
@@ -27,6 +41,7 @@ class Example:
     input_ids: tuple[int, ...]
     loss_mask: tuple[bool, ...]  # True where the token is one the model must learn to produce
     weight: float = 1.0
+    source: str | None = None  # ``policy`` or ``rti`` where the table says; not part of the data hash
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -42,7 +57,7 @@ class ExampleSet:
 
     examples: list[Example]
     too_long: list[str]  # example ids longer than the context window
-    nothing_to_learn: list[str]  # example ids without an assistant token
+    nothing_to_learn: list[str]  # example ids without an assistant token (after ``loss_from_message``)
 
     @property
     def tokens(self) -> int:
@@ -51,6 +66,11 @@ class ExampleSet:
     @property
     def trained_tokens(self) -> int:
         return sum(e.trained_tokens for e in self.examples)
+
+    @property
+    def by_source(self) -> dict[str, int]:
+        """Examples per source (empty where the table had no ``source`` column)."""
+        return dict(sorted(Counter(e.source for e in self.examples if e.source is not None).items()))
 
     def sha256(self) -> str:
         """A hash of exactly what is trained on (ids, masks, weights), independent of file encoding."""
@@ -62,41 +82,103 @@ class ExampleSet:
         return digest.hexdigest()
 
 
-def encode_conversation(tokenizer, messages: list[dict]) -> tuple[list[int], list[bool]]:
-    """Token ids and loss mask of a conversation, trailing non-assistant turns dropped."""
+@dataclass(frozen=True)
+class TrainingItem:
+    """A trajectory as a training set holds it: its weight, the first message whose assistant
+    turns carry loss (0: all of them) and where it came from (None: the table does not say)."""
+
+    trajectory: Trajectory
+    weight: float = 1.0
+    loss_from_message: int = 0
+    source: str | None = None
+
+
+def encode_conversation(tokenizer, messages: list[dict],
+                        loss_from_message: int = 0) -> tuple[list[int], list[bool]]:
+    """Token ids and loss mask of a conversation, trailing non-assistant turns dropped. The mask is
+    True on the assistant tokens of messages at index ``loss_from_message`` or later only."""
+    if loss_from_message < 0:
+        raise InterlockError(f"must be >= 0, not {loss_from_message}", field="loss_from_message")
     while messages and messages[-1]["role"] != "assistant":
         messages = messages[:-1]
     if not messages:
         return [], []
-    encoded = tokenizer.apply_chat_template(messages, tools=openai_tools(TOOLS), tokenize=True,
-                                            return_dict=True, return_assistant_tokens_mask=True)
-    mask = encoded["assistant_masks"]
-    if len(mask) != len(encoded["input_ids"]):
+    tools = openai_tools(TOOLS)
+    encoded = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
+                                            return_assistant_tokens_mask=True)
+    ids, mask = list(encoded["input_ids"]), encoded["assistant_masks"]
+    if len(mask) != len(ids):
         raise InterlockError("the chat template has no {% generation %} markers: cannot find the "
                              "assistant tokens", field="chat_template")
-    return list(encoded["input_ids"]), [bool(m) for m in mask]
+    if loss_from_message >= len(messages):
+        return ids, [False] * len(ids)
+    boundary = 0
+    if loss_from_message:
+        prefix = list(tokenizer.apply_chat_template(messages[:loss_from_message], tools=tools, tokenize=True,
+                                                    return_dict=True)["input_ids"])
+        if ids[:len(prefix)] != prefix:
+            raise InterlockError("the chat template is not prefix-stable: the first messages render to "
+                                 "other tokens alone than at the start of the whole conversation, so the "
+                                 "turns that carry loss cannot be found", field="loss_from_message")
+        boundary = len(prefix)
+    return ids, [bool(m) and i >= boundary for i, m in enumerate(mask)]
 
 
-def encode_trajectories(trajectories: Iterable[Trajectory], tokenizer, *, max_length: int,
-                        weights: Mapping[str, float] | None = None) -> ExampleSet:
-    """One example per trajectory (weight 1 unless ``weights`` names it)."""
+def encode_trajectories(items: Iterable[Trajectory | TrainingItem], tokenizer, *,
+                        max_length: int) -> ExampleSet:
+    """One example per trajectory; a bare :class:`Trajectory` has weight 1 and loss on every
+    assistant turn, a :class:`TrainingItem` its own weight and ``loss_from_message``."""
     examples, too_long, empty = [], [], []
-    for trajectory in trajectories:
-        ids, mask = encode_conversation(tokenizer, [m.to_dict() for m in trajectory.messages])
+    for item in items:
+        if isinstance(item, Trajectory):
+            item = TrainingItem(item)
+        trajectory = item.trajectory
+        ids, mask = encode_conversation(tokenizer, [m.to_dict() for m in trajectory.messages],
+                                        item.loss_from_message)
         if len(ids) > max_length:
             too_long.append(trajectory.rollout_id)
         elif not any(mask):
             empty.append(trajectory.rollout_id)
         else:
-            weight = (weights or {}).get(trajectory.rollout_id, 1.0)
-            examples.append(Example(trajectory.rollout_id, tuple(ids), tuple(mask), weight))
+            examples.append(Example(trajectory.rollout_id, tuple(ids), tuple(mask), item.weight, item.source))
     return ExampleSet(examples, too_long, empty)
 
 
-def read_trajectories(path: Path) -> Iterable[Trajectory]:
-    """The trajectories of a Parquet table (TRAJECTORIES schema), streamed."""
+def table_schema(path: Path) -> pa.Schema:
+    """Which of the two trajectory schemas a table has, told by its columns: a training set
+    (TRAINING_SET) where any of its extra columns is there, else TRAJECTORIES."""
     if not path.exists():
         raise InterlockError("no trajectories table; run the stage that writes it", file=str(path))
-    for group in iter_row_groups(path, schemas.TRAJECTORIES):
+    try:
+        names = pq.read_schema(path).names
+    except (OSError, pa.ArrowException) as exc:
+        raise InterlockError(f"cannot read Parquet ({exc})", file=str(path)) from None
+    return schemas.TRAINING_SET if set(TRAINING_COLUMNS) & set(names) else schemas.TRAJECTORIES
+
+
+def read_training_items(path: Path) -> Iterator[TrainingItem]:
+    """The rows of a trajectories table or a training set (told apart by :func:`table_schema`),
+    streamed; a TRAJECTORIES row is weight 1, loss on every assistant turn, no source."""
+    schema = table_schema(path)
+    for group in iter_row_groups(path, schema):
         for row in group:
-            yield Trajectory.from_row(row, str(path))
+            extra = {name: row.pop(name) for name in TRAINING_COLUMNS if name in row}
+            trajectory = Trajectory.from_row(row, str(path))
+            if not extra:
+                yield TrainingItem(trajectory)
+                continue
+            weight, loss_from = extra["weight"], extra["loss_from_message"]
+            if weight is None or not math.isfinite(weight) or weight < 0:
+                raise InterlockError(f"a weight must be finite and >= 0, not {weight}", file=str(path),
+                                     item=trajectory.rollout_id, field="weight")
+            if loss_from is None or loss_from < 0:
+                raise InterlockError(f"must be >= 0, not {loss_from}", file=str(path),
+                                     item=trajectory.rollout_id, field="loss_from_message")
+            yield TrainingItem(trajectory, float(weight), int(loss_from), extra["source"])
+
+
+def read_trajectories(path: Path) -> Iterator[Trajectory]:
+    """The trajectories of a table (TRAJECTORIES or TRAINING_SET schema), streamed, without what a
+    training set adds."""
+    for item in read_training_items(path):
+        yield item.trajectory

@@ -92,6 +92,7 @@ def _rft_seeds(params: Params, paths: Paths, out: Path, name: str,
         "seconds": round(seconds, 2),
         "tokens_per_second": round(sum(m["tokens_per_second"] * m["seconds"] for m in by_seed.values())
                                    / seconds, 1) if seconds else 0.0,
+        **({"by_source": first["by_source"]} if "by_source" in first else {}),  # examples per source
         "by_seed": by_seed,
     }
     curves = {folder: loss_curve(out / folder) for folder in by_seed} if main_process else {}
@@ -106,16 +107,23 @@ def _mean(values) -> float | None:
 # ----------------------------------------------------------------------------- the stages
 
 def sample(params: Params, paths: Paths) -> StageReport:
-    """The training set of the chosen domain breadth (``domains=all``: every accepted trajectory;
-    ``domains=d4`` ... ``d128``: ``scale.breadth_trajectories`` of them, stratified across that many
-    training domains)."""
+    """The training set of the chosen domain breadth (``domains=all``: every accepted trajectory and
+    every kept correction of the ``intervene`` stage; ``domains=d4`` ... ``d128``:
+    ``scale.breadth_trajectories`` of them, drawn from both together and stratified across that many
+    training domains). ``intervention=none`` leaves the interventions table empty: accepted only."""
     breadth = params.domains.count
     metrics = run_sampling(paths.accepted_table, paths.trajectories, paths.training_table, breadth=breadth,
                            trajectories=params.scale.breadth_trajectories if breadth else None,
-                           seed=params.seed)
+                           seed=params.seed, interventions=paths.interventions_table,
+                           mask=params.intervention.mask)
     print(f"sample: {metrics['message']}")
-    return StageReport(metrics, tables={"per_domain": [{"domain_id": d, "trajectories": n}
-                                                       for d, n in metrics["per_domain"].items()]})
+    by_source = metrics["per_domain_by_source"]
+    return StageReport(metrics, tables={
+        "per_domain": [{"domain_id": d, "trajectories": n, **by_source[d]}
+                       for d, n in metrics["per_domain"].items()],
+        "per_domain_by_source": [{"domain_id": d, "source": source, "trajectories": n}
+                                 for d, counts in by_source.items() for source, n in counts.items()],
+    })
 
 
 def demo_sft(params: Params, paths: Paths) -> StageReport | None:

@@ -7,8 +7,13 @@ matter for cost and for what is learnt:
   whose next token is an assistant token, so the vocabulary projection (28M of SmolLM2's 135M
   parameters) and the cross-entropy run on those positions alone, and the ``[tokens, vocab]``
   logits of prompts and tool results are never made;
-- **per-example weights**: each target token's loss is multiplied by its example's weight; a step's
-  loss is the weighted mean over its target tokens (weights 1 reduce to the plain token mean);
+- **per-example weights**: each target token's loss is multiplied by its example's weight, and a
+  step's loss is that weighted sum divided by the step's number of target tokens (not by its
+  weight sum, which would cancel the weight of an example alone in its step): weights 1 reduce to
+  the plain token mean, and an example of weight w pulls w times as hard as one of weight 1;
+- **loss from a message on**: an example may carry loss on the assistant turns from some message
+  on only (a rollout corrected from an intervention point learns the corrected turns, its
+  original prefix is context; :func:`~interlock.training.examples.encode_conversation`);
 - **padding-free**: rows pack whole examples (:mod:`interlock.training.batching`);
 - **seeded**: weights of LoRA adapters, the row plan of every epoch, dropout;
 - **several GPUs**: the same function under ``accelerate launch`` (DDP, FSDP or DeepSpeed as
@@ -37,7 +42,7 @@ from interlock.core.io import dumps, read_rows
 from interlock.core.seeds import stable_seed
 from interlock.models.checkpoint import load_checkpoint, save_checkpoint, weights_sha256
 from interlock.training.batching import PackedRow, pack, plan_rows
-from interlock.training.examples import ExampleSet, encode_trajectories, read_trajectories
+from interlock.training.examples import ExampleSet, encode_trajectories, read_training_items
 
 TRAINING_FILE = "training.parquet"
 
@@ -143,8 +148,10 @@ def row_loss(model, row: PackedRow, device) -> object:
 
 
 def _optimizer_step(model, rows: list[PackedRow], accelerator, max_grad_norm: float) -> tuple[float, int]:
-    """Accumulate the rows' gradients; return the step's weighted mean loss and its tokens."""
-    normalizer = sum(row.weight_sum for row in rows) or 1.0
+    """Accumulate the rows' gradients; return the step's loss (the weighted sum of its target-token
+    losses over its number of target tokens) and its tokens. The normalizer is the token count, not
+    the weight sum, so an example's weight scales its gradient even when it is alone in a step."""
+    normalizer = sum(int(row.targets.numel()) for row in rows) or 1
     total = 0.0
     for index, row in enumerate(rows):
         last = index == len(rows) - 1
@@ -178,13 +185,15 @@ def read_training(folder: Path | str) -> dict:
 
 def fine_tune_on_trajectories(trajectories: Path, start: Path, out_dir: Path, recipe: Recipe, *, name: str,
                               max_context: int) -> dict:
-    """A fine-tuning stage: the trajectories table encoded with ``start``'s tokenizer, trained on,
-    written to ``out_dir``; returns the stage's metrics. An empty table is not an error: the
-    checkpoint is an untrained copy and the metrics say ``trained: false`` and why."""
+    """A fine-tuning stage: the table (a training set, or plain trajectories: weight 1, loss on
+    every assistant turn) encoded with ``start``'s tokenizer, trained on, written to ``out_dir``;
+    returns the stage's metrics (with the examples per source where the table has one). An empty
+    table is not an error: the checkpoint is an untrained copy and the metrics say ``trained:
+    false`` and why."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(start)
-    data = encode_trajectories(read_trajectories(trajectories), tokenizer, max_length=max_context)
+    data = encode_trajectories(read_training_items(trajectories), tokenizer, max_length=max_context)
     result = fine_tune(start, data, recipe, out_dir, name=name, max_context=max_context)
     record = result.record
     losses = record["losses"]
@@ -198,7 +207,8 @@ def fine_tune_on_trajectories(trajectories: Path, start: Path, out_dir: Path, re
                                       "epochs", "steps")},
             "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
             "mean_last_epoch_loss": _last_epoch_mean(losses, record["epochs"]),
-            "seconds": round(result.seconds, 2), "tokens_per_second": round(result.tokens_per_second, 1)}
+            "seconds": round(result.seconds, 2), "tokens_per_second": round(result.tokens_per_second, 1),
+            **({"by_source": data.by_source} if data.by_source else {})}
 
 
 def loss_curve(folder: Path | str) -> list[dict]:

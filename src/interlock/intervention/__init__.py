@@ -1,0 +1,1 @@
+"""Rollout-time intervention (RTI): diagnose failed rollouts, correct them, verify, filter and reweight."""
