@@ -27,9 +27,8 @@ from interlock.rollout.scripted import DONE, SUBMIT, Turn, decision_turns, look_
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.tasks import TaskContext
 from interlock.synthesis.workspace import MemoryStore
+from interlock.training.sampling import CORRECTION_SUFFIX as SUFFIX
 
-#: the suffix of a correction's rollout id (``T1.a0`` is corrected as ``T1.a0.rti``)
-SUFFIX = ".rti"
 NOTE_HEADER = "Reviewer's note on your work so far (what must change before you submit):"
 
 

@@ -30,6 +30,7 @@ from interlock.core.io import batched, dumps, fingerprint, iter_row_groups, open
 from interlock.core.paths import Paths
 from interlock.core.tracking import StageReport
 from interlock.intervention.correction import (
+    SUFFIX,
     Case,
     NotedBackend,
     ScriptedCorrector,
@@ -173,7 +174,7 @@ def _verify(corrections: Sequence[Trajectory], tasks: dict[str, TaskContext],
             rubric = tasks[trajectory.task_id].pack.rubric
             ok = accepted(passed, rubric)
             failing = sorted(c.criterion_id for c in rubric if c.mandatory and not passed.get(c.criterion_id))
-            original = trajectory.rollout_id.removesuffix(".rti")
+            original = trajectory.rollout_id.removesuffix(SUFFIX)
             verdicts[original] = ok, "pass" if ok else "fail: " + ", ".join(failing)
     return verdicts
 
