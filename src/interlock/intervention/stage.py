@@ -108,14 +108,15 @@ def run_intervention(trajectories: Path, verdicts: Path, accepted_ids: set[str],
 
     clock = time.perf_counter()
     passing = [c for c in cases if verified[c.rollout_id][0]]
-    nll = dict(zip([c.rollout_id for c in passing],
-                   _nll(checkpoint, [(corrected[c.rollout_id], len(c.prefix)) for c in passing], max_context),
-                   strict=True))
     reference_kind = "accepted"
     own = [(t, 0) for t in rollouts if t.rollout_id in accepted_ids]
     if not own:  # nothing accepted: the policy's own turns of every rollout
         own, reference_kind = [(t, 0) for t in rollouts], "rollouts"
-    reference = [x for x in _nll(checkpoint, own, max_context) if x is not None]
+    # one load of the checkpoint scores the corrected turns and the policy's own
+    fixes = [(corrected[c.rollout_id], len(c.prefix)) for c in passing]
+    scores = _nll(checkpoint, [*fixes, *own], max_context)
+    nll = dict(zip([c.rollout_id for c in passing], scores[:len(passing)], strict=True))
+    reference = [x for x in scores[len(passing):] if x is not None]
     scored = [rid for rid, x in nll.items() if x is not None]
     shift = config.filter
     limit = threshold(reference, shift.quantile, shift.margin) if reference else None
