@@ -39,7 +39,7 @@ from interlock.synthesis.workspace import MemoryStore
 
 LIMITS = RolloutLimits(max_turns=12)
 CONFIG = InterventionConfig(name="rti", critic="scripted", corrector="scripted",
-                            filter=ShiftFilterConfig(quantile=1.0, margin=10.0), weight_cap=1.0,
+                            filter=ShiftFilterConfig(quantile=1.0, slack=10.0), weight_cap=1.0,
                             mask="corrected", critic_max_new_tokens=64)
 
 

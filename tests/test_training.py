@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from transformers import AutoTokenizer
 
 from interlock.core import schemas
@@ -20,6 +21,7 @@ from interlock.core.errors import InterlockError
 from interlock.core.io import write_row_groups
 from interlock.core.paths import Paths
 from interlock.evaluation.run import checkpoint_models
+from interlock.intervention.shift import filter_corrections
 from interlock.models.chat_template import CHAT_TEMPLATE, IM_END, openai_tools
 from interlock.models.checkpoint import load_checkpoint, read_manifest, sha256, verify_checkpoint
 from interlock.models.transformers_backend import TransformersBackend
@@ -363,7 +365,9 @@ def test_conversation_nll_is_the_mean_nll_of_the_trained_tokens(tiny_model, demo
 
 def test_a_correction_the_model_would_not_write_scores_a_higher_nll(tiny_model, tiny_checkpoint,
                                                                     demos) -> None:
-    """What the shift filter relies on: the model's own greedy turn is likelier than foreign text."""
+    """What the shift filter relies on: the model's own greedy turn is likelier than foreign text,
+    so the filter as `intervention=rti` sets it, with the policy's own turn as the reference, keeps
+    the first and drops the second."""
     model, tokenizer = tiny_model
     messages = [m.to_dict() for m in demos[0].messages]
     prompt = messages[:next(i for i, m in enumerate(messages) if m["role"] == "assistant")]
@@ -378,6 +382,9 @@ def test_a_correction_the_model_would_not_write_scores_a_higher_nll(tiny_model, 
     own_nll, foreign_nll = conversation_nll(model, tokenizer, items, max_length=100_000)
     assert own_nll + 1.0 < foreign_nll
     assert checkpoint_nll(tiny_checkpoint, items, 100_000) == pytest.approx([own_nll, foreign_nll], abs=1e-5)
+    rti = yaml.safe_load((REPO / "conf" / "intervention" / "rti.yaml").read_text())
+    decisions = filter_corrections([own_nll, foreign_nll], [own_nll], cap=rti["weight_cap"], **rti["filter"])
+    assert [d.kept for d in decisions] == [True, False]
 
 
 # ----------------------------------------------------------------------------- the train stage

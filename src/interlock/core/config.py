@@ -199,10 +199,11 @@ class EvalConfig(_Strict):
 class ShiftFilterConfig(_Strict):
     """The distribution-shift filter: a correction is kept when the mean token NLL of its corrected
     turns under the starting checkpoint is at most the ``quantile`` of the policy's own accepted
-    turns' NLL, times ``margin``."""
+    turns' NLL plus ``slack`` nats per token (a bound on the per-token likelihood ratio,
+    ``exp(-slack)``)."""
 
     quantile: float = Field(gt=0, le=1)
-    margin: float = Field(gt=0)
+    slack: float = Field(ge=0, allow_inf_nan=False)
 
 
 class InterventionConfig(_Strict):

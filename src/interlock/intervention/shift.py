@@ -6,8 +6,11 @@ teaches the policy little it can reach from its own distribution and may drag it
 starting checkpoint's mean token NLL of the corrected turns measures that shift; the reference is
 the NLL of the policy's own accepted turns (what it does write, and what RFT trains on anyway):
 
-- :func:`threshold`: a correction is kept when its NLL is at most a quantile of the reference,
-  times a margin;
+- :func:`threshold`: a correction is kept when its NLL is at most a quantile of the reference plus
+  a slack in nats per token. Additive, because mean token NLL is a log-likelihood per token: a
+  slack ``s`` bounds the correction's per-token likelihood at ``exp(-s)`` times the quantile's,
+  whatever the reference's scale (a multiple of a reference near 0 nats would be no bound at all
+  one way and drop everything the other);
 - :func:`shift_weight`: a kept correction's weight decays with how much less likely it is than
   the typical accepted turn, ``exp(reference median - NLL)`` (an importance-style ratio of
   per-token likelihoods), capped so a few very likely corrections cannot dominate a step;
@@ -36,11 +39,11 @@ def _finite(values: Sequence[float | None]) -> list[float]:
     return [float(v) for v in values if v is not None and math.isfinite(v)]
 
 
-def threshold(reference_nll: Sequence[float], quantile: float, margin: float) -> float:
+def threshold(reference_nll: Sequence[float], quantile: float, slack: float) -> float:
     """The largest NLL a kept correction may have: the ``quantile`` (linear interpolation) of the
-    reference (the policy's own accepted turns; unscored and non-finite values are left out) times
-    ``margin``. Relative to the reference, so it follows the checkpoint and the tokenizer rather
-    than an absolute number of nats."""
+    reference (the policy's own accepted turns; unscored and non-finite values are left out) plus
+    ``slack`` nats per token. Relative to the reference, so it follows the checkpoint and the
+    tokenizer rather than an absolute number of nats."""
     reference = _finite(reference_nll)
     if not reference:
         raise InterlockError("no reference NLL: the shift filter needs the starting checkpoint's NLL of "
@@ -48,9 +51,10 @@ def threshold(reference_nll: Sequence[float], quantile: float, margin: float) ->
                              "could be scored)", field="reference_nll")
     if not 0 <= quantile <= 1:
         raise InterlockError(f"a quantile is in [0, 1], not {quantile}", field="quantile")
-    if not margin > 0:
-        raise InterlockError(f"the margin must be > 0, not {margin}", field="margin")
-    return float(np.quantile(reference, quantile, method="linear")) * margin
+    if not (math.isfinite(slack) and slack >= 0):
+        raise InterlockError(f"the slack (nats per token) must be finite and >= 0, not {slack}",
+                             field="slack")
+    return float(np.quantile(reference, quantile, method="linear")) + slack
 
 
 def shift_weight(nll: float, reference_median: float, cap: float) -> float:
@@ -61,11 +65,11 @@ def shift_weight(nll: float, reference_median: float, cap: float) -> float:
 
 
 def filter_corrections(nll: Sequence[float | None], reference: Sequence[float], *, quantile: float,
-                       margin: float, cap: float) -> list[FilterDecision]:
+                       slack: float, cap: float) -> list[FilterDecision]:
     """One decision per correction NLL (in order): kept with its :func:`shift_weight` where the NLL
     is at most the :func:`threshold` of ``reference``; dropped (weight 0) where above it or where it
     could not be scored (None: no corrected token, or too long for the context window)."""
-    limit = threshold(reference, quantile, margin)
+    limit = threshold(reference, quantile, slack)
     median = float(np.median(_finite(reference)))
     decisions = []
     for value in nll:

@@ -119,14 +119,14 @@ def run_intervention(trajectories: Path, verdicts: Path, accepted_ids: set[str],
     reference = [x for x in scores[len(passing):] if x is not None]
     scored = [rid for rid, x in nll.items() if x is not None]
     shift = config.filter
-    limit = threshold(reference, shift.quantile, shift.margin) if reference else None
+    limit = threshold(reference, shift.quantile, shift.slack) if reference else None
     if limit is None:  # nothing of the policy's own could be scored: nothing to measure a shift against
         unmeasured = FilterDecision(False, 0.0, "not kept: no reference NLL (no turn of the policy's own "
                                                 "could be scored)")
         decisions = dict.fromkeys(nll, unmeasured)
     else:
         decisions = dict(zip(nll, filter_corrections(list(nll.values()), reference, quantile=shift.quantile,
-                                                     margin=shift.margin, cap=config.weight_cap),
+                                                     slack=shift.slack, cap=config.weight_cap),
                              strict=True))
     seconds["filter"] = time.perf_counter() - clock
 
