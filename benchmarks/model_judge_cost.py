@@ -56,7 +56,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="judge-cost-") as tmp:
         subset = Path(tmp) / "trajectories.parquet"
         write_table(subset, rows, schemas.TRAJECTORIES)
-        summary = run_judge(subset, paths.packs, Path(tmp) / "judgements", agent_backend=model,
+        summary = run_judge(subset, [paths.packs], Path(tmp) / "judgements", agent_backend=model,
                             text_backend=model)
     figures = {}
     print(f"\n{len(rows)} rollouts, both judges backed by {checkpoint}")

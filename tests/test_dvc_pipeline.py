@@ -99,6 +99,14 @@ def test_switching_the_intervention_reaches_only_intervene_and_what_follows(smok
     assert set(json.loads(dvc("status", "--json", cwd=smoke_copy, stdout_only=True))) == {"intervene"}
 
 
+def test_switching_the_synthesis_reaches_only_grow_before_it_runs(smoke_copy) -> None:
+    """Only `grow` reads the choice (`rollouts` reads `match_rollouts`, the same in both options);
+    what reads the grown pool re-runs only because its table does."""
+    write_params(smoke_copy / "conf", smoke_copy / "params.yaml",
+                 [*(s for s in SMOKE if not s.startswith("synthesis=")), "synthesis=base"])
+    assert set(json.loads(dvc("status", "--json", cwd=smoke_copy, stdout_only=True))) == {"grow"}
+
+
 # ----------------------------------------------------------------------------- the paper's choices
 
 #: the choices the paper scale makes that the smoke scale does not: who rolls out and validates

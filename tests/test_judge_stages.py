@@ -141,9 +141,9 @@ def test_the_accept_stage_uses_the_configured_judge(project: Path, tasks, judge:
 def test_nothing_accepted_is_said_plainly(tasks, tmp_path: Path) -> None:
     paths = _paths(tmp_path, [])
     trajectories = _write_pool(paths, tasks, ("claim_only", "noisy"))
-    run_judge(paths.trajectories, paths.packs, paths.judgements, workers=1, progress=False)
+    run_judge(paths.trajectories, [paths.packs], paths.judgements, workers=1, progress=False)
     out = paths.accepted_table
-    metrics, plot = run_accept(paths.trajectories, paths.judgements, paths.packs, out, judge="agent")
+    metrics, plot = run_accept(paths.trajectories, paths.judgements, [paths.packs], out, judge="agent")
     assert metrics["nothing_accepted"] and metrics["accepted"] == 0
     assert metrics["rollouts"] == len(trajectories)
     assert metrics["message"].startswith("nothing accepted")
@@ -155,10 +155,10 @@ def test_nothing_accepted_is_said_plainly(tasks, tmp_path: Path) -> None:
 def test_a_missing_verdict_is_not_an_accept(tasks, tmp_path: Path) -> None:
     paths = _paths(tmp_path, [])
     _write_pool(paths, tasks, ("oracle",))
-    run_judge(paths.trajectories, paths.packs, paths.judgements, workers=1, progress=False)
+    run_judge(paths.trajectories, [paths.packs], paths.judgements, workers=1, progress=False)
     verdicts = read_rows(paths.judgements / "agent.parquet", schemas.VERDICTS)
     write_table(paths.judgements / "agent.parquet", verdicts[1:], schemas.VERDICTS)  # one verdict dropped
-    metrics, _ = run_accept(paths.trajectories, paths.judgements, paths.packs, paths.accepted_table,
+    metrics, _ = run_accept(paths.trajectories, paths.judgements, [paths.packs], paths.accepted_table,
                             judge="agent")
     assert metrics["accepted"] == len(tasks) - 1
 

@@ -14,8 +14,9 @@ BIN = Path(sys.executable).parent
 #: what W&B and DVC may inherit from the caller's environment that would send the smoke run's
 #: tracking or experiment names elsewhere
 ISOLATED = ("WANDB_MODE", "WANDB_DIR", "WANDB_DISABLED", "DVC_ROOT", "DVC_EXP_NAME", "DVC_STAGE")
-#: the smoke run: the smoke experiment, with the opt-in BFCL pool beside the default's benchmark
-SMOKE = ("experiment=smoke", "eval.pools=[benchmark,bfcl]", "intervention=rti")
+#: the smoke run: the smoke experiment, with the opt-in BFCL pool beside the default's benchmark, and the
+#: two methods on (rollout-time intervention, recursive synthesis)
+SMOKE = ("experiment=smoke", "eval.pools=[benchmark,bfcl]", "intervention=rti", "synthesis=rst")
 GIT_USER = ("-c", "user.email=t@t", "-c", "user.name=t")
 
 

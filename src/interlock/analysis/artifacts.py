@@ -109,14 +109,34 @@ class Artifacts:
     # ------------------------------------------------------------------------- one task
 
     def graph(self, task_id: str) -> CompletionGraph:
-        """The completion graph of one task, re-validated as it is loaded."""
-        rows = _task_tables(self.paths.require(self.paths.graphs), schemas.GRAPH_TABLES, task_id)
-        return next(graphs_from_rows(rows, str(self.paths.graphs)))
+        """The completion graph of one task (synthesized, or grown by recursive synthesis),
+        re-validated as it is loaded."""
+        folder = self._folder(task_id, self.paths.graphs, self.paths.grown_graphs, schemas.GRAPH_TABLES)
+        return next(graphs_from_rows(_task_tables(folder, schemas.GRAPH_TABLES, task_id), str(folder)))
 
     def pack(self, task_id: str) -> TaskPack:
         """The task pack (workspace, request, contract, rubric, checks, reference) of one task."""
-        rows = _task_tables(self.paths.require(self.paths.packs), schemas.PACK_TABLES, task_id)
-        return packs_from_rows(rows, str(self.paths.packs))[0]
+        folder = self._folder(task_id, self.paths.packs, self.paths.grown_packs, schemas.PACK_TABLES)
+        return packs_from_rows(_task_tables(folder, schemas.PACK_TABLES, task_id), str(folder))[0]
+
+    def _folder(self, task_id: str, synthesized: Path, grown: Path, tables: dict[str, pa.Schema]) -> Path:
+        """Where a task lives: recursive synthesis's tables where they hold it, else the synthesized."""
+        index = grown / "tasks.parquet"
+        if index.exists() and _filtered(index, tables["tasks"], task_id):
+            return grown
+        return self.paths.require(synthesized)
+
+    def lineage(self, task_id: str) -> list[dict]:
+        """A grown task's ancestry, the task first and its root (a synthesized task) last: task,
+        round, operator, parents, contract. Empty for a task recursive synthesis did not make."""
+        if not self.paths.lineage.exists():
+            return []
+        rows = {r["task_id"]: r for r in read_rows(self.paths.lineage, schemas.LINEAGE)}
+        chain, current = [], task_id
+        while current in rows:
+            chain.append(rows[current])
+            current = rows[current]["parents"][0]
+        return chain
 
     def verdict(self, task_id: str) -> dict | None:
         """The review verdict of one task, or None if the review has not run."""

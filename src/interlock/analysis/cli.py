@@ -26,7 +26,9 @@ from rich.table import Table
 
 from interlock.analysis.artifacts import Artifacts, UnknownTask, repository_paths
 from interlock.core.errors import InterlockError
+from interlock.core.io import loads
 from interlock.core.types import POOLS
+from interlock.recursive.contract import changed_nodes
 
 EXIT_ERROR, EXIT_USAGE = 1, 2
 
@@ -61,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("draw", parents=[data], help="draw a task's completion graph to PNG")
     p.add_argument("task_id", metavar="TASK_ID")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="FILE.png")
+    p.add_argument("--against-parent", action="store_true",
+                   help="a recursive-synthesis child: outline the nodes its rewrite added or changed")
     p.set_defaults(run=cmd_draw)
 
     p = sub.add_parser("params", help="compose conf/ into params.yaml, as `dvc exp run -S` does")
@@ -173,6 +177,22 @@ def cmd_show(args: argparse.Namespace, console: Console) -> None:
     console.print()
     _print_table(console, f"Reference solution: {len(pack.reference)} tool calls", reference)
 
+    lineage = artifacts.lineage(args.task_id)
+    if lineage:
+        table = Table()
+        for name in ("task", "round", "operator", "parents", "demands"):
+            table.add_column(name, no_wrap=name in ("round", "operator"))
+        for row in lineage:
+            contract = loads(row["contract"], file=str(artifacts.paths.lineage), item=row["task_id"],
+                             field="contract")
+            table.add_row(escape(row["task_id"]), str(row["round"]), row["operator"],
+                          escape(", ".join(row["parents"])), escape(contract["demands"]))
+        console.print()
+        _print_table(console, f"Lineage (recursive synthesis): {len(lineage)} rewrites from "
+                              f"{escape(lineage[-1]['parents'][0])}", table)
+        console.print(f"[bold]Verdict[/]: [green]validated[/] by the grow stage in round "
+                      f"{lineage[0]['round']} (reviews, contract conformance, oracle execution)")
+        return
     console.print()
     if verdict is None:
         console.print(f"[bold]Verdict[/]: not reviewed yet ({artifacts.paths.verdicts} is missing)")
@@ -190,13 +210,22 @@ def cmd_draw(args: argparse.Namespace, console: Console) -> None:
     from interlock.analysis.draw import draw_graph  # matplotlib only when drawing
 
     graph = artifacts.graph(args.task_id)
+    changed = {}
+    if args.against_parent:
+        lineage = artifacts.lineage(args.task_id)
+        if not lineage:
+            raise InterlockError(f"{args.task_id} has no parent: recursive synthesis did not make it "
+                                 f"({artifacts.paths.lineage})", item=args.task_id)
+        changed = changed_nodes(artifacts.graph(lineage[0]["parents"][0]), graph)
     try:
-        path = draw_graph(graph, args.output)
+        path = draw_graph(graph, args.output, changed)
     except OSError as exc:
         raise InterlockError(f"cannot write the drawing ({exc.strerror or exc})",
                              file=str(args.output)) from None
     console.print(f"wrote {escape(str(path))}: {len(graph.nodes)} nodes, {len(graph.edges)} edges, "
-                  f"{len(graph.hyperedges)} hyperedges", markup=True)
+                  f"{len(graph.hyperedges)} hyperedges"
+                  + (f"; {len(changed)} added or changed against its parent" if args.against_parent else ""),
+                  markup=True)
 
 
 def cmd_params(args: argparse.Namespace, console: Console) -> None:

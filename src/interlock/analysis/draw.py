@@ -12,6 +12,7 @@ nothing (distractors) sits below them, greyed and dashed.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,8 @@ GROUNDING_COLOR = "#1e3a8a"
 REALIZATION_COLOR = "#15803d"
 HYPER_COLORS = ("#db2777", "#0d9488", "#7c3aed", "#d97706", "#dc2626", "#2563eb")
 TEXT = "#111827"
+#: the outline of a node a recursive-synthesis rewrite added or changed
+CHANGE_COLORS = {"added": "#ea580c", "changed": "#ca8a04"}
 MUTED = "#6b7280"
 
 
@@ -55,13 +58,16 @@ class _Layout:
     header_y: float
 
 
-def draw_graph(graph: CompletionGraph, path: Path | str) -> Path:
-    """Write ``graph`` as a PNG to ``path`` (parent folders are created) and return the path."""
+def draw_graph(graph: CompletionGraph, path: Path | str, changed: Mapping[str, str] | None = None) -> Path:
+    """Write ``graph`` as a PNG to ``path`` (parent folders are created) and return the path.
+    ``changed``: node id -> "added" or "changed" (a child of recursive synthesis against its
+    parent), drawn with a heavy outline and tagged."""
+    changed = dict(changed or {})
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     colors = {h.hyperedge_id: HYPER_COLORS[i % len(HYPER_COLORS)] for i, h in enumerate(graph.hyperedges)}
     clause_color = {h.clause: colors[h.hyperedge_id] for h in graph.hyperedges}
-    legend = _legend_handles(graph, colors)
+    legend = _legend_handles(graph, colors, changed)
     legend_rows = math.ceil(len(legend) / 2)
     legend_h = 0.35 + 0.22 * legend_rows
     layout = _layout(graph, top_margin=1.05, bottom_margin=legend_h + 0.2)
@@ -80,7 +86,8 @@ def draw_graph(graph: CompletionGraph, path: Path | str) -> Path:
         _edge(ax, graph, edge.kind, edge.source, edge.target, layout,
               clause_color.get(edge.source, GROUNDING_COLOR))
     for node in graph.nodes:
-        _node(ax, node, layout.y[node.node_id], clause_color.get(node.node_id), graph)
+        _node(ax, node, layout.y[node.node_id], clause_color.get(node.node_id), graph,
+              changed.get(node.node_id))
 
     ax.legend(handles=legend, loc="lower center", bbox_to_anchor=(WIDTH / 2, 0.12),
               bbox_transform=ax.transData, ncol=2, fontsize=7.5, frameon=True, framealpha=0.95,
@@ -195,14 +202,15 @@ def _title(ax, graph: CompletionGraph, layout: _Layout) -> None:
                 [layout.header_y - 0.15] * 2, color="#d1d5db", lw=1)
 
 
-def _node(ax, node: Node, y: float, clause_color: str | None, graph: CompletionGraph) -> None:
+def _node(ax, node: Node, y: float, clause_color: str | None, graph: CompletionGraph,
+          change: str | None = None) -> None:
     x = COLUMN_X[node.kind]
     key = "distractor" if node.distractor else (
         "clause" if node.subkind == "clause" else node.kind if node.kind != "evidence" else "record")
     style = STYLE[key]
-    edge = clause_color or style["edge"]
+    edge = CHANGE_COLORS[change] if change else clause_color or style["edge"]
     common = {"facecolor": style["face"], "edgecolor": edge, "zorder": 3,
-              "linewidth": 2.2 if clause_color else 1.2,
+              "linewidth": 3.2 if change else 2.2 if clause_color else 1.2,
               "linestyle": "--" if node.distractor else "-"}
     left, bottom = x - NODE_W / 2, y - NODE_H / 2
     if node.kind == "effect":
@@ -218,6 +226,10 @@ def _node(ax, node: Node, y: float, clause_color: str | None, graph: CompletionG
             color=colour, ha="center", va="center", zorder=4)
     ax.text(x, y - 0.095, _short(_subtitle(node, graph), 32), fontsize=6.3, color=MUTED,
             ha="center", va="center", zorder=4, style="italic" if node.distractor else "normal")
+    if change:
+        ax.text(left + NODE_W, bottom + NODE_H, f" {change} ", fontsize=6, fontweight="bold", color="white",
+                ha="right", va="center", zorder=5,
+                bbox={"boxstyle": "round,pad=0.15", "facecolor": CHANGE_COLORS[change], "edgecolor": "none"})
 
 
 def _subtitle(node: Node, graph: CompletionGraph) -> str:
@@ -296,7 +308,7 @@ def _hyperedge(ax, graph: CompletionGraph, hyper: Hyperedge, layout: _Layout, co
     ax.text(x0 + 0.12, top - 0.32, _short(detail, 44), fontsize=6.5, color=color, va="center", zorder=4)
 
 
-def _legend_handles(graph: CompletionGraph, colors: dict[str, str]) -> list:
+def _legend_handles(graph: CompletionGraph, colors: dict[str, str], changed: Mapping[str, str]) -> list:
     handles: list = [
         Patch(facecolor=STYLE["record"]["face"], edgecolor=STYLE["record"]["edge"],
               label="evidence node: record / option (rectangle)"),
@@ -313,6 +325,9 @@ def _legend_handles(graph: CompletionGraph, colors: dict[str, str]) -> list:
         Line2D([], [], color=REALIZATION_COLOR, lw=1.2, linestyle=(0, (4, 2.5)), marker=">",
                markevery=[-1], markersize=4, label="realization edge: decision -> effect (dashed)"),
     ]
+    for change in sorted(set(changed.values())):
+        handles.append(Patch(facecolor="white", edgecolor=CHANGE_COLORS[change], lw=3.2,
+                             label=f"{change} by the rewrite (against its parent)"))
     for hyper in graph.hyperedges:
         members = list(hyper.members)
         names = ", ".join(members) if len(members) <= 5 else ", ".join(members[:4]) + f", … ({len(members)})"

@@ -223,6 +223,28 @@ class InterventionConfig(_Strict):
         return self.name != "none"
 
 
+class SynthesisConfig(_Strict):
+    """Task synthesis: ``base`` (the blueprints alone) or ``rst`` (recursive rounds rewrite
+    verified ``rft`` tasks into harder ones that join the ``rft`` pool)."""
+
+    name: Literal["base", "rst"]
+    rounds: int = Field(ge=0)
+    candidates: int = Field(ge=0)  # rewrites attempted per round
+    sampler: Literal["uniform", "novelty"]  # how parents are drawn
+    compare_with: Literal["uniform", "novelty"] | None  # also grow with this sampler, for the report only
+    operators: list[str] = Field(min_length=1)
+    novelty_power: float = Field(gt=0)  # novelty weight = (1 - nearest-neighbour similarity) ** power
+    similarity_threshold: float = Field(gt=0, le=1)  # the tail: tasks whose nearest neighbour is above it
+    match_rollouts: bool  # roll out as many rft tasks as the base pool has, drawn from the grown pool
+
+    @model_validator(mode="after")
+    def _compare_with_another_sampler(self) -> SynthesisConfig:
+        if self.compare_with == self.sampler:
+            raise InterlockError(f"compare_with must name the other sampler (or null), not the one grown "
+                                 f"with, {self.sampler!r}", item="params", field="synthesis.compare_with")
+        return self
+
+
 class TrackingConfig(_Strict):
     """W&B: offline by default (``WANDB_MODE`` in the environment wins), online, or disabled."""
 
@@ -249,6 +271,7 @@ class Params(BaseModel):
     eval: EvalConfig
     tracking: TrackingConfig
     intervention: InterventionConfig
+    synthesis: SynthesisConfig
 
     @model_validator(mode="after")
     def _breadth_fits_the_scale(self) -> Params:

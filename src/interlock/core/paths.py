@@ -31,6 +31,7 @@ class Paths(BaseModel):
     graphs: Path
     packs: Path
     review: Path
+    grown: Path  # recursive synthesis (``synthesis=rst``): the children and their lineage
     models: Path  # checkpoints: models/base, models/demo_sft, models/rft/seed-k
     demos: Path
     rollouts: Path
@@ -52,6 +53,7 @@ class Paths(BaseModel):
     accept_plot: Path
     demo_sft_loss: Path
     train_loss: Path  # a folder: one loss curve per RFT seed
+    grow_similarity_plot: Path
     intervene_domains_plot: Path
     intervene_nll_plot: Path  # a folder: the NLL histograms of accepted turns and corrections, the threshold
     evaluate_models_plot: Path
@@ -75,6 +77,22 @@ class Paths(BaseModel):
     @property
     def admitted(self) -> Path:
         return self.review / "admitted.parquet"
+
+    @property
+    def grown_blueprints(self) -> Path:
+        return self.grown / "blueprints.parquet"
+
+    @property
+    def grown_graphs(self) -> Path:
+        return self.grown / "graphs"
+
+    @property
+    def grown_packs(self) -> Path:
+        return self.grown / "packs"
+
+    @property
+    def lineage(self) -> Path:
+        return self.grown / "lineage.parquet"
 
     @property
     def verdicts(self) -> Path:

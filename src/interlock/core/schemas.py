@@ -106,6 +106,27 @@ REVIEW_TABLES = {
     "validation_verdicts": VERDICTS,
 }
 
+#: recursive synthesis (the ``grow`` stage): each validated child's lineage (``parents``: the task
+#: it rewrote, and for a join the second one; ``contract``: its transformation contract as JSON)
+LINEAGE = pa.schema([
+    ("task_id", s), ("domain_id", s), ("round", i32), ("operator", s), ("parents", pa.list_(s)),
+    ("contract", s),
+])
+#: every refused candidate, with its operator and the first reason (``kind``: not applicable,
+#: compile, review, conformance, oracle or duplicate; ``reasons``: all of them)
+RST_REJECTIONS = pa.schema([
+    ("round", i32), ("index", i32), ("task_id", s), ("operator", s), ("parents", pa.list_(s)),
+    ("kind", s), ("reasons", pa.list_(s)),
+])
+#: one row per round and sampler: candidates, validated, the pool, the children's size, the
+#: similarity tail (``sampler`` = the grow stage's own, or ``compare_with``'s: report only)
+RST_ROUNDS = pa.schema([
+    ("sampler", s), ("round", i32), ("candidates", i32), ("validated", i32), ("pool", i32),
+    ("mean_nodes", f64), ("mean_reference_calls", f64), ("seconds_per_candidate", f64),
+    ("nearest_median", f64), ("nearest_p90", f64), ("tail_share", f64),
+    ("validated_by_operator", s), ("rejected_by_operator", s),
+])
+
 #: measured seconds per rollout: a table of its own, which no later stage reads
 ROLLOUT_TIMINGS = pa.schema([("rollout_id", s), ("seconds", f64)])
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tqdm import tqdm
@@ -39,7 +39,7 @@ from interlock.judging.verdicts import Judgement
 from interlock.models.backends import make_backend
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.packs import TaskPack
-from interlock.synthesis.tasks import iter_packs
+from interlock.synthesis.tasks import iter_packs, pack_folders
 
 JUDGES = ("agent", "text")
 #: the paper's accepted trajectories, for scale
@@ -51,15 +51,17 @@ def trajectory_task_ids(path: Path) -> set[str]:
     return {t for batch in handle.iter_batches(columns=["task_id"]) for t in batch.column(0).to_pylist()}
 
 
-def load_packs(packs_dir: Path, task_ids: set[str]) -> dict[str, TaskPack]:
-    """The packs of the given tasks only (streamed: the rest are never kept)."""
+def load_packs(packs_dirs: Sequence[Path], task_ids: set[str]) -> dict[str, TaskPack]:
+    """The packs of the given tasks only, from any of ``packs_dirs`` (streamed: the rest are never
+    kept)."""
     packs = {}
-    for group in iter_packs(packs_dir):
-        packs.update({p.task_id: p for p in group if p.task_id in task_ids})
+    for packs_dir in packs_dirs:
+        for group in iter_packs(packs_dir):
+            packs.update({p.task_id: p for p in group if p.task_id in task_ids})
     missing = sorted(task_ids - set(packs))
     if missing:
         raise InterlockError(f"{len(missing)} rolled-out task(s) have no pack, e.g. {missing[0]}",
-                             file=str(packs_dir))
+                             file=", ".join(map(str, packs_dirs)))
     return packs
 
 
@@ -78,13 +80,13 @@ def collateral_rows(judgements: list[Judgement]) -> list[dict]:
             for j in judgements for c in j.collateral]
 
 
-def run_judge(trajectories: Path, packs_dir: Path, out: Path, *, workers: int | None = None,
+def run_judge(trajectories: Path, packs_dirs: Sequence[Path], out: Path, *, workers: int | None = None,
               limits: Limits = DEFAULT_LIMITS, agent_backend: ChatBackend | None = None,
               text_backend: ChatBackend | None = None, batch_size: int = 64,
               progress: bool = True) -> dict:
     """Both judges over every rollout; writes ``out/{agent,text,collateral}.parquet``, aligned
     by row group with the trajectories; returns the metrics (cost, error rates)."""
-    packs = load_packs(packs_dir, trajectory_task_ids(trajectories))
+    packs = load_packs(packs_dirs, trajectory_task_ids(trajectories))
     total = count_rows(trajectories, schemas.TRAJECTORIES)
     stats = JudgeStats()
     text = TextJudge(text_backend)
@@ -122,10 +124,11 @@ def run_judge(trajectories: Path, packs_dir: Path, out: Path, *, workers: int | 
 
 # ----------------------------------------------------------------------------- accept
 
-def mandatory_criteria(packs_dir: Path) -> dict[str, set[str]]:
+def mandatory_criteria(packs_dirs: Sequence[Path]) -> dict[str, set[str]]:
     """task id -> its mandatory criterion ids."""
     mandatory: dict[str, set[str]] = defaultdict(set)
-    for rows in iter_row_groups(packs_dir / "rubrics.parquet", schemas.PACK_TABLES["rubrics"]):
+    for rows in (r for d in packs_dirs for r in iter_row_groups(d / "rubrics.parquet",
+                                                                  schemas.PACK_TABLES["rubrics"])):
         for row in rows:
             if row["mandatory"]:
                 mandatory[row["task_id"]].add(row["criterion_id"])
@@ -156,13 +159,13 @@ def accepted_rollouts(verdicts_path: Path, mandatory: dict[str, set[str]], judge
             if r not in failed and task in mandatory and passing[r] >= mandatory[task]}
 
 
-def run_accept(trajectories: Path, judge_dir: Path, packs_dir: Path, out: Path, *,
+def run_accept(trajectories: Path, judge_dir: Path, packs_dirs: Sequence[Path], out: Path, *,
                judge: str) -> tuple[dict, list[dict]]:
     """Write the accepted trajectories (TRAJECTORIES schema; an empty table if none); return the
     metrics and the per-domain rows of the acceptance plot."""
     if judge not in JUDGES:
         raise InterlockError(f"unknown judge {judge!r}; choose from {', '.join(JUDGES)}", field="judge.name")
-    mandatory = mandatory_criteria(packs_dir)
+    mandatory = mandatory_criteria(packs_dirs)
     accepted = accepted_rollouts(judge_dir / f"{judge}.parquet", mandatory, judge)
     by_domain: dict[str, Counter] = defaultdict(Counter)
     by_policy: dict[str, Counter] = defaultdict(Counter)
@@ -214,8 +217,9 @@ def judge(params: Params, paths: Paths) -> StageReport:
     if params.scale.judging.backend == "policy":
         model = make_backend(params.backbone, paths.model(params.scale.rollouts.policy))
     backends = {"agent_backend": model, "text_backend": model}
-    metrics = {"rollouts": run_judge(paths.trajectories, paths.packs, paths.judgements, **backends),
-               "calibration": run_judge(paths.validation, paths.packs, paths.calibration, **backends)}
+    folders = pack_folders(paths)
+    metrics = {"rollouts": run_judge(paths.trajectories, folders, paths.judgements, **backends),
+               "calibration": run_judge(paths.validation, folders, paths.calibration, **backends)}
     for pool, summary in metrics.items():
         for name, judged in summary["judges"].items():
             rates = judged["vs_truth"].get("all", {}).get("trajectories") or {}
@@ -229,7 +233,8 @@ def judge(params: Params, paths: Paths) -> StageReport:
 def accept(params: Params, paths: Paths) -> StageReport:
     """Keep the trajectories whose every mandatory criterion passes under the configured judge
     (``judge=agent`` or ``judge=text``); report acceptance per domain."""
-    metrics, plot = run_accept(paths.trajectories, paths.judgements, paths.packs, paths.accepted_table,
+    metrics, plot = run_accept(paths.trajectories, paths.judgements, pack_folders(paths),
+                               paths.accepted_table,
                                judge=params.judge.name)
     write_tsv(paths.accept_plot, plot, ["domain_id", "rollouts", "accepted", "acceptance"])
     print(f"accept: {metrics['message']}")

@@ -27,11 +27,15 @@ class ReferenceRun:
     results: dict[str, Result]
 
 
+def reference_calls(pack: TaskPack) -> list[ToolCall]:
+    """The pack's reference solution as tool calls, in step order."""
+    return [ToolCall(s["tool"], loads(s["arguments"], file="reference_solutions", item=pack.task_id,
+                                      field=f"step {s['step']}"))
+            for s in sorted(pack.reference, key=lambda s: s["step"])]
+
+
 def run_reference(pack: TaskPack) -> ReferenceRun:
-    calls = [ToolCall(s["tool"], loads(s["arguments"], file="reference_solutions", item=pack.task_id,
-                                       field=f"step {s['step']}"))
-             for s in sorted(pack.reference, key=lambda s: s["step"])]
-    steps, final = replay(pack.files, calls)
+    steps, final = replay(pack.files, reference_calls(pack))
     view = View(final)
     return ReferenceRun(steps, final, {c.criterion_id: run_check(pack.checks[c.criterion_id], view)
                                               for c in pack.rubric})

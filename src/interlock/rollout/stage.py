@@ -1,5 +1,6 @@
 """The ``demos`` and ``rollouts`` stages: the oracle's reference demonstrations on the admitted
-``demo`` tasks, and the starting policy on every admitted ``rft`` task, ``attempts`` times each
+``demo`` tasks, and the starting policy on every admitted ``rft`` task (recursive synthesis's children
+included), ``attempts`` times each
 (resumable: killed at any point, a second run finishes only the missing episodes)."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from interlock.models.checkpoint import read_manifest
 from interlock.rollout.engine import RolloutLimits
 from interlock.rollout.runs import plan_episodes, run_rollouts, write_demonstrations
 from interlock.rollout.solvers import solver_backend
-from interlock.synthesis.tasks import admitted_count, admitted_tasks, load_domains
+from interlock.synthesis.tasks import admitted_tasks, load_domains, rollout_ids
 
 
 def demos(params: Params, paths: Paths) -> StageReport:
@@ -38,10 +39,11 @@ def rollouts(params: Params, paths: Paths) -> StageReport:
                          backbone.dtype,
                          backbone.max_context, backbone.generation.model_dump(), read_manifest(checkpoint),
                          noisy and [noisy.skip_effect, noisy.ignore_coupling])
-    episodes = plan_episodes(admitted_tasks(paths, load_domains(paths.domains), "rft"),
+    chosen = rollout_ids(paths, matched=params.synthesis.match_rollouts, seed=params.seed)
+    episodes = plan_episodes(admitted_tasks(paths, load_domains(paths.domains), "rft", set(chosen)),
                              policy=policy, attempts=config.attempts, seed=params.seed)
     summary = run_rollouts(episodes, backend, RolloutLimits.of(config, backbone.generation),
-                           total=admitted_count(paths, "rft") * config.attempts, out=paths.trajectories,
+                           total=len(chosen) * config.attempts, out=paths.trajectories,
                            timings=paths.rollout_timings, work=paths.rollouts_work, run_id=run_id,
                            batch_size=config.batch_size)
     print(f"rollouts: {summary['episodes']} episodes, {summary['finish_reasons']}")

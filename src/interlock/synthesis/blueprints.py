@@ -53,7 +53,8 @@ class Blueprint:
 
     def content(self) -> dict:
         """Everything that makes the task what it is, without its name, pool or seed."""
-        return {"domain": self.domain_id, "cases": self.cases, "options": self.options,
+        return {"domain": self.domain_id, "effects_per_decision": self.size.effects_per_decision,
+                "cases": self.cases, "options": self.options,
                 "params": self.params, "groups": self.groups, "distractor_rows": self.distractor_rows,
                 "distractor_clauses": self.distractor_clauses}
 
@@ -128,7 +129,7 @@ def make_blueprint(domain: Domain, pool: str, index: int, size: TaskSize, seed: 
     for position, number in enumerate(numbers[:size.decisions]):
         rows.append({
             "id": f"{case.id_prefix}-{number}",
-            case.subject: _subject(rng, domain),
+            case.subject: sample_subject(rng, domain),
             case.group: task_groups[position % size.couplings],
             case.date: (PERIOD_START + timedelta(days=days[position])).isoformat(),
             **kind.sample_case(rng, domain), "status": "pending",
@@ -154,7 +155,7 @@ def make_blueprint(domain: Domain, pool: str, index: int, size: TaskSize, seed: 
                                        "params": COUPLING_KINDS[coupling].sample_params(rng, members)})
             continue
         row = {"id": f"{case.id_prefix}-{numbers[size.decisions + d]}",
-               case.subject: _subject(rng, domain),
+               case.subject: sample_subject(rng, domain),
                case.group: rng.choice(case.group_values),
                case.date: (PERIOD_START - timedelta(days=rng.randint(1, 60))).isoformat(),
                **kind.sample_case(rng, domain), "status": "closed"}
@@ -164,7 +165,7 @@ def make_blueprint(domain: Domain, pool: str, index: int, size: TaskSize, seed: 
                      distractor_rows, distractor_clauses)
 
 
-def _subject(rng: random.Random, domain: Domain) -> str:
+def sample_subject(rng: random.Random, domain: Domain) -> str:
     if domain.case.subjects:
         return rng.choice(domain.case.subjects)
     return f"{rng.choice(_FIRST)} {rng.choice(_LAST)}"

@@ -20,7 +20,7 @@ from interlock.core.io import canonical, dumps, loads
 from interlock.synthesis.blueprints import Blueprint
 from interlock.synthesis.catalog import Domain
 from interlock.synthesis.kinds import AMOUNT_DECISIONS, COUPLING_COMPATIBLE
-from interlock.synthesis.kinds.couplings import COUPLING_KINDS, Constraint, resolve
+from interlock.synthesis.kinds.couplings import COUPLING_KINDS, Constraint, Decided, resolve
 from interlock.synthesis.kinds.decisions import DECISION_KINDS, Outcome
 from interlock.synthesis.kinds.effects import EFFECT_KINDS, realizations
 
@@ -428,11 +428,53 @@ def coupling_words(domain: Domain) -> dict:
             "date": case.date}
 
 
+@dataclass(frozen=True)
+class Resolution:
+    """What a blueprint's policy decides, before any node exists: the decision rule, the pending
+    cases in the order the policy takes them, each case's options, each clause's number (by group),
+    the coupling constraints and every case's intended outcome and basis. The one computation of
+    the intended solution, shared by :func:`build_graph` and the rewrites of recursive synthesis
+    (which predict what a change to a blueprint changes)."""
+
+    rule: dict
+    order: list[dict]
+    options_by_case: dict[str, list[dict]]
+    clause_ref: dict[str, str]  # group -> P-n (coupling and distractor clauses; the rule is P-1)
+    clause_specs: list[tuple[str, str, dict]]  # (group, "coupling" or "distractor", spec) in P-order
+    constraints: list[Constraint]
+    decided: dict[str, Decided]
+
+
+def resolve_blueprint(blueprint: Blueprint, domain: Domain) -> Resolution:
+    """The :class:`Resolution` of one blueprint under its domain."""
+    kind = DECISION_KINDS[domain.decision.kind]
+    case = domain.case
+    rule = kind.rule(domain, blueprint.params)
+    words = coupling_words(domain)
+    # clauses: the decision rule first, then coupling and distractor clauses by group name
+    clause_specs = sorted(
+        [(g["group"], "coupling", g) for g in blueprint.groups]
+        + [(g["group"], "distractor", g) for g in blueprint.distractor_clauses], key=lambda s: s[0])
+    clause_ref = {group: f"P-{number}" for number, (group, _, _) in enumerate(clause_specs, start=2)}
+    order = sorted(blueprint.cases, key=lambda r: (r[case.date], r["id"]))
+    options_by_case: dict[str, list[dict]] = defaultdict(list)
+    for option in blueprint.options:
+        options_by_case[option["case_id"]].append(option)
+    alternatives = {r["id"]: kind.alternatives(r, rule, options_by_case[r["id"]]) for r in order}
+    constraints = [
+        Constraint(g["kind"], COUPLING_KINDS[g["kind"]].rule(g["params"], {**words, "group": g["group"]}),
+                   clause_ref[g["group"]], tuple(g["members"]))
+        for g in blueprint.groups]
+    decided = resolve([r["id"] for r in order], alternatives, RULE_CLAUSE, constraints)
+    return Resolution(rule, order, options_by_case, clause_ref, clause_specs, constraints, decided)
+
+
 def build_graph(blueprint: Blueprint, domain: Domain) -> CompletionGraph:
     """The completion graph of one blueprint, with its intended solution."""
     kind = DECISION_KINDS[domain.decision.kind]
     case = domain.case
-    rule = kind.rule(domain, blueprint.params)
+    resolution = resolve_blueprint(blueprint, domain)
+    rule, order, decided = resolution.rule, resolution.order, resolution.decided
     nodes: list[Node] = []
     edges: list[Edge] = []
     counter = defaultdict(int)
@@ -450,46 +492,32 @@ def build_graph(blueprint: Blueprint, domain: Domain) -> CompletionGraph:
     def add_edge(kind_: str, source: str, target: str) -> None:
         edges.append(Edge(new_id({"grounding": "G", "realization": "R"}[kind_]), kind_, source, target))
 
-    # clauses: the decision rule first, then coupling and distractor clauses by group name
     words = coupling_words(domain)
-    clause_specs = sorted(
-        [(g["group"], "coupling", g) for g in blueprint.groups]
-        + [(g["group"], "distractor", g) for g in blueprint.distractor_clauses])
     clause_node: dict[str, str] = {}
-    clause_ref: dict[str, str] = {}
     rule_node = add_node("evidence", "clause", RULE_CLAUSE, f"{domain.policy.title}: decision rule",
                          {"path": domain.policy.file, "text": kind.render(rule), "rule": rule})
-    for number, (group, role, spec) in enumerate(clause_specs, start=2):
-        clause_ref[group] = f"P-{number}"
+    for group, role, spec in resolution.clause_specs:
         coupling = COUPLING_KINDS[spec["kind"]]
         clause_rule = coupling.rule(spec["params"], {**words, "group": group})
         clause_node[group] = add_node(
-            "evidence", "clause", f"P-{number}", f"{spec['kind']} for {case.group} {group}",
+            "evidence", "clause", resolution.clause_ref[group], f"{spec['kind']} for {case.group} {group}",
             {"path": domain.policy.file, "text": coupling.render(clause_rule), "rule": clause_rule,
              "coupling": spec["kind"]}, distractor=role == "distractor")
 
-    order = sorted(blueprint.cases, key=lambda r: (r[case.date], r["id"]))
     record_node = {
         r["id"]: add_node("evidence", "record", r["id"], f"{case.noun} {r['id']}",
                           {"path": case.table, "row": r})
         for r in order}
-    options_by_case: dict[str, list[dict]] = defaultdict(list)
+    options_by_case = resolution.options_by_case
     option_node: dict[str, str] = {}
     for option in blueprint.options:
-        options_by_case[option["case_id"]].append(option)
         option_node[option["id"]] = add_node(
             "evidence", "option", option["id"], f"{domain.decision.options.noun} {option['id']}",
             {"path": domain.decision.options.table, "row": option})
     for row in blueprint.distractor_rows:
         add_node("evidence", "record", row["id"], f"{case.noun} {row['id']} (closed)",
                  {"path": case.table, "row": row}, distractor=True)
-
-    alternatives = {r["id"]: kind.alternatives(r, rule, options_by_case[r["id"]]) for r in order}
-    constraints = [
-        Constraint(g["kind"], COUPLING_KINDS[g["kind"]].rule(g["params"], {**words, "group": g["group"]}),
-                   clause_ref[g["group"]], tuple(g["members"]))
-                   for g in blueprint.groups]
-    decided = resolve([r["id"] for r in order], alternatives, RULE_CLAUSE, constraints)
+    constraints = resolution.constraints
 
     decision_node: dict[str, str] = {}
     for row in order:

@@ -4,6 +4,7 @@ policy may know about them (:class:`TaskContext`)."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from interlock.core import schemas
 from interlock.core.errors import InterlockError
 from interlock.core.io import iter_aligned, iter_row_groups, read_rows
 from interlock.core.paths import Paths
+from interlock.core.seeds import stable_seed
 from interlock.synthesis.blueprints import Blueprint, PoolCheck
 from interlock.synthesis.catalog import Catalog, Domain, check_catalog
 from interlock.synthesis.graph import CompletionGraph, graphs_from_rows
@@ -65,14 +67,55 @@ def _admitted_rows(paths: Paths) -> list[dict]:
     return read_rows(paths.require(paths.admitted), schemas.REVIEW_TABLES["admitted"])
 
 
-def admitted_tasks(paths: Paths, catalog: Catalog, pool: str) -> Iterator[TaskContext]:
-    """The tasks of one pool the review admitted, streamed with their packs and graphs."""
-    chosen = {r["task_id"] for r in _admitted_rows(paths) if r["pool"] == pool}
-    for graphs, packs in zip(iter_graphs(paths.graphs), iter_packs(paths.packs), strict=True):
-        for graph, pack in zip(graphs, packs, strict=True):
-            if pack.task_id in chosen:
-                yield TaskContext(pack.task_id, pack, graph, catalog[pack.domain_id])
+def grown(paths: Paths) -> bool:
+    """Whether recursive synthesis wrote children (the ``grow`` stage; none where it never ran)."""
+    return (paths.grown_packs / "tasks.parquet").exists()
+
+
+def pack_folders(paths: Paths) -> list[Path]:
+    """Where compiled tasks live: the synthesized packs, then recursive synthesis's children."""
+    return [paths.packs, *([paths.grown_packs] if grown(paths) else [])]
+
+
+def _grown_rows(paths: Paths) -> list[dict]:
+    if not grown(paths):
+        return []
+    return read_rows(paths.grown_packs / "tasks.parquet", schemas.PACK_TABLES["tasks"])
+
+
+def admitted_ids(paths: Paths, pool: str) -> list[str]:
+    """The tasks of one pool that may be rolled out, in order: the ones the review admitted, then
+    (``rft`` only) every validated child of recursive synthesis."""
+    ids = [r["task_id"] for r in _admitted_rows(paths) if r["pool"] == pool]
+    return ids + [r["task_id"] for r in _grown_rows(paths) if r["pool"] == pool]
+
+
+def admitted_tasks(paths: Paths, catalog: Catalog, pool: str,
+                   chosen: set[str] | None = None) -> Iterator[TaskContext]:
+    """The tasks of one pool that may be rolled out (:func:`admitted_ids`), or those of them in
+    ``chosen``, streamed with their packs and graphs."""
+    allowed = set(admitted_ids(paths, pool)) if chosen is None else chosen & set(admitted_ids(paths, pool))
+    folders = [(paths.graphs, paths.packs)]
+    if grown(paths):
+        folders.append((paths.grown_graphs, paths.grown_packs))
+    for graphs_dir, packs_dir in folders:
+        for graphs, packs in zip(iter_graphs(graphs_dir), iter_packs(packs_dir), strict=True):
+            for graph, pack in zip(graphs, packs, strict=True):
+                if pack.task_id in allowed:
+                    yield TaskContext(pack.task_id, pack, graph, catalog[pack.domain_id])
 
 
 def admitted_count(paths: Paths, pool: str) -> int:
-    return sum(r["pool"] == pool for r in _admitted_rows(paths))
+    return len(admitted_ids(paths, pool))
+
+
+def rollout_ids(paths: Paths, *, matched: bool, seed: int) -> list[str]:
+    """The ``rft`` tasks the starting policy rolls out: all of them, or (``matched``) as many as
+    the review admitted, drawn by seed from the grown pool (the same tasks where nothing grew), so
+    ``synthesis=base,rst`` compares runs of one rollout count."""
+    ids = admitted_ids(paths, "rft")
+    base = sum(r["pool"] == "rft" for r in _admitted_rows(paths))
+    if not matched or len(ids) <= base:
+        return ids
+    keep = set(random.Random(stable_seed(seed, "rollout-tasks")).sample(ids, base))
+    return [t for t in ids if t in keep]

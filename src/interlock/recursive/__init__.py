@@ -1,0 +1,1 @@
+"""Recursive synthesis (RST): rewrite verified tasks into harder ones, with transformation contracts."""

@@ -1,0 +1,218 @@
+"""Rounds of recursive synthesis: round r draws parents from the tasks validated before it,
+rewrites each with a seeded operator, validates the child, and adds the survivors to the pool the
+next round draws from.
+
+Only ``rft`` tasks are parents and children stay ``rft`` (so demonstrations, and the warm start,
+are the same with and without RST); a join takes two parents of one domain; a child that
+duplicates any task of any pool (its content, or its content up to words) is refused like any
+other rejection. The pool keeps blueprints and similarity signatures only: a parent's graph and
+pack are recompiled when it is drawn, so memory grows with the number of tasks by a few
+kilobytes each, not by their compiled packs.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from interlock.core.seeds import stable_seed
+from interlock.recursive.operators import OPERATORS, NotApplicable, Operator
+from interlock.recursive.similarity import TaskSignature, nearest_neighbours, task_signature
+from interlock.recursive.validation import Checked, Task, compile_task, validate
+from interlock.synthesis.blueprints import Blueprint
+from interlock.synthesis.catalog import Catalog
+
+SAMPLERS = ("uniform", "novelty")
+#: the first word of a rejection's reason; anything else is one of the reviews' or controls' reasons
+REJECTION_KINDS = ("not applicable", "compile", "conformance", "oracle", "duplicate")
+
+
+@dataclass(frozen=True)
+class RoundsConfig:
+    """``rounds`` of ``candidates`` rewrites each; ``sampler``: how parents are drawn (``uniform``,
+    or ``novelty``: weighted by how far a task is from its nearest neighbour in the pool, so the
+    rounds do not keep rewriting the crowded part of it); ``operators``: the names drawn from."""
+
+    rounds: int
+    candidates: int
+    sampler: str = "uniform"
+    operators: tuple[str, ...] = tuple(OPERATORS)
+    novelty_power: float = 2.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, not {self.sampler!r}")
+        unknown = [name for name in self.operators if name not in OPERATORS]
+        if unknown:
+            raise ValueError(f"unknown operator(s) {', '.join(unknown)}; known: {', '.join(OPERATORS)}")
+
+
+@dataclass
+class Member:
+    """One task of the growing pool: its blueprint, where it came from and its signature."""
+
+    blueprint: Blueprint
+    round: int
+    signature: TaskSignature
+    parents: tuple[str, ...] = ()
+    operator: str | None = None
+    contract: str | None = None
+
+
+@dataclass
+class RoundReport:
+    round: int
+    candidates: int = 0
+    validated: int = 0
+    rejections: Counter = field(default_factory=Counter)  # (operator, reason kind) -> count
+    validated_by_operator: Counter = field(default_factory=Counter)
+    nodes: list[int] = field(default_factory=list)  # graph size of each validated child
+    reference_calls: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    nearest: list[float] = field(default_factory=list)  # every pool task's nearest-neighbour similarity
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One candidate: its round and index, operator, parents, child id and what became of it."""
+
+    round: int
+    index: int
+    operator: str
+    parents: tuple[str, ...]
+    child: str
+    checked: Checked | None  # None: the operator did not apply
+    reason: str  # why it was refused ("" when validated)
+
+    @property
+    def kind(self) -> str:
+        """The rejection's kind: the prefix of its first reason (``not applicable``, ``compile``,
+        ``conformance``, ``oracle``, ``duplicate``, or ``review`` for the reviews and controls)."""
+        if not self.reason:
+            return ""
+        head = self.reason.split(":", 1)[0]
+        return head if head in REJECTION_KINDS else "review"
+
+
+class Pool:
+    """The tasks parents are drawn from, with the fingerprints of every pool's tasks (a child may
+    duplicate none of them)."""
+
+    def __init__(self, catalog: Catalog, seeds: Sequence[Task], taken: Iterable[Blueprint]) -> None:
+        self.catalog = catalog
+        self.members: list[Member] = [Member(t.blueprint, 0, task_signature(t.graph, t.pack)) for t in seeds]
+        taken = list(taken)
+        #: every task's content (no child may repeat one) and every other pool's content up to words
+        #: (no child may be a near duplicate of a dev or benchmark task; within rft, a rewrite that
+        #: changes only words, such as a routing change, is a new task)
+        self.fingerprints: set[str] = ({b.fingerprint for b in taken}
+                                       | {m.blueprint.fingerprint for m in self.members})
+        self.skeletons: set[str] = {b.skeleton for b in taken if b.pool != "rft"}
+        self._compiled: dict[str, Task] = {t.blueprint.task_id: t for t in seeds}
+
+    def task(self, member: Member) -> Task:
+        """The member compiled (kept for the round it is drawn in)."""
+        task_id = member.blueprint.task_id
+        if task_id not in self._compiled:
+            self._compiled[task_id] = compile_task(member.blueprint, self.catalog[member.blueprint.domain_id])
+        return self._compiled[task_id]
+
+    def forget_compiled(self) -> None:
+        self._compiled.clear()
+
+    def nearest(self) -> list[tuple[int | None, float]]:
+        return nearest_neighbours([m.signature for m in self.members])
+
+
+def parent_weights(pool: Pool, sampler: str, power: float) -> np.ndarray:
+    """Each pool member's chance of being drawn: equal, or ``(1 - nearest similarity) ** power``
+    (plus a floor, so a task with a twin can still be drawn) for the novelty sampler."""
+    if sampler == "uniform" or len(pool.members) < 2:
+        weights = np.ones(len(pool.members))
+    else:
+        weights = np.array([(1.0 - similarity) ** power for _, similarity in pool.nearest()]) + 1e-3
+    return weights / weights.sum()
+
+
+def plan_round(pool: Pool, config: RoundsConfig,
+               round_number: int) -> list[tuple[int, Operator, list[Member]]]:
+    """The round's candidates, drawn before any is validated (so what one candidate becomes never
+    changes which parents the next draws): for each, an operator and its parents."""
+    rng = random.Random(stable_seed(config.seed, "rst", round_number))
+    weights = parent_weights(pool, config.sampler, config.novelty_power)
+    plan = []
+    for index in range(config.candidates):
+        operator = OPERATORS[rng.choice(config.operators)]
+        first = pool.members[int(rng.choices(range(len(pool.members)), weights=weights)[0])]
+        parents = [first]
+        if operator.arity == 2:
+            same = [i for i, m in enumerate(pool.members)
+                    if m.blueprint.domain_id == first.blueprint.domain_id and m is not first]
+            if same:
+                parents.append(pool.members[rng.choices(same, weights=[weights[i] for i in same])[0]])
+        plan.append((index, operator, parents))
+    return plan
+
+
+def child_id(parent: Blueprint, round_number: int, index: int) -> str:
+    """A child's task id: its domain and pool, then ``r<round>.<index>`` (so ids sort by round)."""
+    return f"{parent.domain_id}.{parent.pool}.r{round_number:02d}.{index:05d}"
+
+
+def attempt(pool: Pool, operator: Operator, parents: Sequence[Member], round_number: int, index: int,
+            seed: int) -> Outcome:
+    """One candidate: rewrite, validate, and refuse a duplicate."""
+    first = parents[0].blueprint
+    task_id = child_id(first, round_number, index)
+    names = tuple(p.blueprint.task_id for p in parents)
+    domain = pool.catalog[first.domain_id]
+    try:
+        rewrite = operator.rewrite([p.blueprint for p in parents], domain, task_id,
+                                   stable_seed(seed, "rst", round_number, index))
+    except NotApplicable as exc:
+        return Outcome(round_number, index, operator.name, names, task_id, None, f"not applicable: {exc}")
+    checked = validate(pool.task(parents[0]), rewrite, domain)
+    reason = checked.reasons[0] if checked.reasons else ""
+    if not reason and rewrite.child.fingerprint in pool.fingerprints:
+        reason = "duplicate: the child's content is already a task's"
+    if not reason and rewrite.child.skeleton in pool.skeletons:
+        reason = "duplicate: the child is a near duplicate (the same up to words) of a dev or benchmark task"
+    return Outcome(round_number, index, operator.name, names, task_id, checked, reason)
+
+
+def grow_rounds(pool: Pool, config: RoundsConfig, *, first: int = 1,
+                progress: Callable[[int], None] | None = None) -> Iterator[tuple[RoundReport, list[Outcome]]]:
+    """Run the rounds, numbered from ``first``; yield each round's report and its candidates'
+    outcomes (validated children have joined ``pool`` by then). ``progress`` is called with the
+    number of candidates done."""
+    for round_number in range(first, first + config.rounds):
+        report, outcomes = RoundReport(round_number), []
+        start = time.perf_counter()
+        for index, operator, parents in plan_round(pool, config, round_number):
+            outcome = attempt(pool, operator, parents, round_number, index, config.seed)
+            outcomes.append(outcome)
+            report.candidates += 1
+            if outcome.reason:
+                report.rejections[operator.name, outcome.kind] += 1
+            else:
+                task = outcome.checked.task
+                pool.fingerprints.add(task.blueprint.fingerprint)
+                signature = task_signature(task.graph, task.pack)
+                pool.members.append(Member(task.blueprint, round_number, signature, outcome.parents,
+                                           operator.name, outcome.checked.contract.to_json()))
+                report.validated += 1
+                report.validated_by_operator[operator.name] += 1
+                report.nodes.append(len(task.graph.nodes))
+                report.reference_calls.append(len(task.pack.reference))
+            if progress is not None:
+                progress(1)
+        pool.forget_compiled()
+        report.seconds = time.perf_counter() - start
+        report.nearest = [similarity for _, similarity in pool.nearest()]
+        yield report, outcomes

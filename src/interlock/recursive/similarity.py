@@ -1,0 +1,273 @@
+"""How alike the tasks of a pool are: MinHash signatures, similarity and nearest neighbours.
+
+Recursive synthesis rewrites verified tasks round after round, and the later rounds grow a
+high-similarity tail: children too close to each other or to their parents, which add tasks to
+the pool but little to learn from. The rounds watch that tail with the measures here.
+
+A task's signature keeps two MinHash sketches apart: one of its graph's *structure* (what each
+decision is grounded by, realized in and coupled with, the couplings, the distractors; no ids,
+no words), one of its *text* (word 3-shingles of the request, the policy and the tables the
+evidence lives in). Similarity is a weighted mean of their estimated Jaccard similarities, and
+:func:`nearest_neighbours` finds each task's closest other task by LSH banding (exactly, by
+comparing all pairs, in a small pool). Hashing is by blake2b and a fixed mixer, never Python's
+``hash()``, so a signature is the same in every process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from interlock.synthesis.graph import RULE_CLAUSE, CompletionGraph
+from interlock.synthesis.packs import TaskPack
+
+#: below this many tasks :func:`nearest_neighbours` compares all pairs
+EXACT_BELOW = 200
+#: candidate pairs scored at once (bounds the memory of the LSH path)
+_CHUNK = 32768
+_EMPTY = np.iinfo(np.uint64).max
+_WORD = re.compile(r"[a-z0-9]+")
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+@dataclass(frozen=True, eq=False)
+class TaskSignature:
+    """The MinHash sketches of one task (read-only ``uint64`` arrays of ``num_perm`` values)."""
+
+    task_id: str
+    structural: np.ndarray
+    textual: np.ndarray
+    seed: int = 0
+
+    @property
+    def num_perm(self) -> int:
+        return len(self.structural)
+
+
+def structural_shingles(graph: CompletionGraph) -> list[str]:
+    """The graph's structural features, free of ids and words, as a multiset: a feature seen n
+    times is emitted as ``feature#0`` ... ``feature#n-1``."""
+    coupled: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for hyper in graph.hyperedges:
+        for member in hyper.members:
+            coupled[member].append((hyper.kind, len(hyper.members)))
+    features: list[tuple] = [("effects_per_decision", graph.effects_per_decision),
+                             ("decisions", len(graph.of_kind("decision"))),
+                             ("couplings", len(graph.hyperedges))]
+    for decision in graph.of_kind("decision"):
+        d, a = decision.node_id, decision.attrs
+        grounds = tuple(sorted(Counter(n.subkind for n in graph.sources(d, "grounding")).items()))
+        effects = tuple(sorted(Counter(n.subkind for n in graph.targets(d, "realization")).items()))
+        couplings = tuple(sorted(coupled[d]))
+        solution = (a["fallback"], a["basis"] == RULE_CLAUSE, a["amount"] is not None)
+        features += [("decision", decision.subkind, grounds, effects, couplings),
+                     ("decision.grounds", decision.subkind, grounds),
+                     ("decision.effects", decision.subkind, effects),
+                     ("decision.couplings", decision.subkind, couplings),
+                     ("decision.solution", decision.subkind, solution)]
+    for hyper in graph.hyperedges:
+        ref = graph.by_id[hyper.clause].ref
+        numbers = tuple(sorted((k, v) for k, v in hyper.params.items()
+                               if isinstance(v, int | float) and not isinstance(v, bool)))
+        binds = sum(graph.by_id[m].attrs["basis"] == ref for m in hyper.members)
+        features += [("coupling", hyper.kind, len(hyper.members)),
+                     ("coupling.params", hyper.kind, numbers),
+                     ("coupling.decides", hyper.kind, binds)]
+    for node in graph.nodes:
+        if node.kind == "evidence":
+            features.append(("evidence", node.subkind, node.distractor))
+        if node.distractor:
+            features.append(("distractor", node.kind, node.subkind))
+    counts = Counter(repr(f) for f in features)
+    return sorted(f"{f}#{i}" for f, n in counts.items() for i in range(n))
+
+
+def task_text(graph: CompletionGraph, pack: TaskPack) -> list[str]:
+    """The task's text: its request, then the workspace files its evidence lives in (the policy,
+    the case table, any option table), by path."""
+    paths = sorted({n.attrs["path"] for n in graph.of_kind("evidence")} & set(pack.files))
+    return [pack.request] + [pack.files[p] for p in paths]
+
+
+def textual_shingles(graph: CompletionGraph, pack: TaskPack) -> set[str]:
+    """Word 3-shingles (lowercase ASCII words and numbers) of :func:`task_text`, per document."""
+    shingles: set[str] = set()
+    for text in task_text(graph, pack):
+        words = _WORD.findall(text.lower())
+        if 0 < len(words) < 3:
+            shingles.add(" ".join(words))
+        shingles.update(" ".join(words[i:i + 3]) for i in range(len(words) - 2))
+    return shingles
+
+
+def minhash(shingles: Iterable[str], *, num_perm: int = 64, seed: int = 0) -> np.ndarray:
+    """The MinHash sketch of a set of shingles: for each of ``num_perm`` seeded bijections of a
+    stable 64-bit hash, the least value over the set (all ones for the empty set)."""
+    digests = b"".join(hashlib.blake2b(s.encode(), digest_size=8).digest() for s in set(shingles))
+    if not digests:
+        sketch = np.full(num_perm, _EMPTY, dtype=np.uint64)
+    else:
+        hashes = np.frombuffer(digests, dtype="<u8").astype(np.uint64)
+        sketch = _mix(hashes[:, None] ^ _permutation_keys(num_perm, seed)[None, :]).min(axis=0)
+    sketch.flags.writeable = False
+    return sketch
+
+
+def task_signature(graph: CompletionGraph, pack: TaskPack, *, num_perm: int = 64,
+                   seed: int = 0) -> TaskSignature:
+    """The signature of one compiled task (deterministic given ``num_perm`` and ``seed``)."""
+    return TaskSignature(graph.task_id, minhash(structural_shingles(graph), num_perm=num_perm, seed=seed),
+                         minhash(textual_shingles(graph, pack), num_perm=num_perm, seed=seed), seed)
+
+
+def jaccard(a: Collection, b: Collection) -> float:
+    """The exact Jaccard similarity of two sets (1.0 for two empty sets)."""
+    a, b = set(a), set(b)
+    return len(a & b) / len(a | b) if a or b else 1.0
+
+
+def similarity(a: TaskSignature, b: TaskSignature, *, structural_weight: float = 0.5,
+               textual_weight: float = 0.5) -> float:
+    """Estimated similarity of two tasks: the weighted mean of the structural and textual
+    Jaccard estimates (the share of equal sketch values)."""
+    _check_compatible([a, b])
+    s = np.count_nonzero(a.structural == b.structural) / a.num_perm
+    t = np.count_nonzero(a.textual == b.textual) / a.num_perm
+    return float(_combine(s, t, structural_weight, textual_weight))
+
+
+def nearest_neighbours(signatures: Sequence[TaskSignature], *, bands: int = 16,
+                       exact_below: int = EXACT_BELOW, structural_weight: float = 0.5,
+                       textual_weight: float = 0.5) -> list[tuple[int | None, float]]:
+    """Each task's most similar other task (its index, lowest on ties) and their similarity.
+
+    Below ``exact_below`` tasks every pair is compared, so the answer is exact. Otherwise LSH
+    banding finds the candidates: each of ``bands`` bands takes ``r = num_perm // bands`` rows of
+    the structural sketch and as many of the textual one, and tasks that agree on a whole band are
+    compared. A pair of structural and textual similarity ``s``, ``t`` is then found with
+    probability ``1 - (1 - (s*t)**r)**bands`` (with the defaults: 0.9999 at s = t = 0.9, 0.6 at
+    0.7): near duplicates almost surely, pairs far apart rarely. A task with no candidate has no
+    near neighbour and is reported as ``(None, 0.0)``, as is the only task of a pool of one."""
+    _check_compatible(signatures)
+    weights = (structural_weight, textual_weight)
+    n = len(signatures)
+    if n < 2:
+        return [(None, 0.0)] * n
+    structural = np.stack([s.structural for s in signatures])
+    textual = np.stack([s.textual for s in signatures])
+    if n < exact_below:
+        return _exact(structural, textual, weights)
+    return _banded(structural, textual, bands, weights)
+
+
+def _exact(structural: np.ndarray, textual: np.ndarray, weights: tuple[float, float]) -> list:
+    """All pairs compared; ties go to the lower index (argmax keeps the first maximum)."""
+    n, num_perm = structural.shape
+    s = (structural[:, None, :] == structural[None, :, :]).sum(axis=2) / num_perm
+    t = (textual[:, None, :] == textual[None, :, :]).sum(axis=2) / num_perm
+    sims = _combine(s, t, *weights)
+    np.fill_diagonal(sims, -1.0)
+    best = sims.argmax(axis=1)
+    return [(int(j), float(sims[i, j])) for i, j in enumerate(best)]
+
+
+def _banded(structural: np.ndarray, textual: np.ndarray, bands: int, weights: tuple[float, float]) -> list:
+    n, num_perm = structural.shape
+    if bands < 1 or num_perm % bands:
+        raise ValueError(f"bands must divide num_perm ({num_perm}), not {bands}")
+    rows = num_perm // bands
+    pairs = []
+    for band in range(bands):
+        part = slice(band * rows, (band + 1) * rows)
+        keys = np.ascontiguousarray(np.hstack([structural[:, part], textual[:, part]]))
+        _, bucket = np.unique(keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel(), return_inverse=True)
+        order = np.argsort(bucket, kind="stable")
+        bounds = np.flatnonzero(np.diff(bucket[order])) + 1
+        for members in np.split(order, bounds):
+            if len(members) > 1:
+                i, j = np.triu_indices(len(members), 1)
+                pairs.append(members[i].astype(np.int64) * n + members[j])
+    best = [(None, 0.0)] * n
+    if not pairs:
+        return best
+    keys = np.unique(np.concatenate(pairs))
+    first, second = keys // n, keys % n
+    sims = np.empty(len(keys))
+    for start in range(0, len(keys), _CHUNK):
+        i, j = first[start:start + _CHUNK], second[start:start + _CHUNK]
+        s = (structural[i] == structural[j]).sum(axis=1) / num_perm
+        t = (textual[i] == textual[j]).sum(axis=1) / num_perm
+        sims[start:start + _CHUNK] = _combine(s, t, *weights)
+    task = np.concatenate([first, second])
+    other = np.concatenate([second, first])
+    sims = np.concatenate([sims, sims])
+    order = np.lexsort((other, -sims, task))  # by task, then highest similarity, then lowest index
+    tasks, at = np.unique(task[order], return_index=True)
+    for i, k in zip(tasks, order[at], strict=True):
+        best[int(i)] = (int(other[k]), float(sims[k]))
+    return best
+
+
+def tail_share(similarities: Iterable[float], threshold: float) -> float:
+    """The share of similarities at or above ``threshold`` (0.0 for none)."""
+    values = np.asarray(list(similarities), dtype=float)
+    return float(np.mean(values >= threshold)) if len(values) else 0.0
+
+
+def similarity_summary(values: Iterable[float], threshold: float) -> dict:
+    """Count, mean, median, 90th percentile, maximum and the share at or above ``threshold``
+    (``tail_share``) of per-task similarities, for a round's metrics (all 0.0 when empty)."""
+    data = np.asarray(list(values), dtype=float)
+    if not len(data):
+        return {"count": 0, "mean": 0.0, "median": 0.0, "p90": 0.0, "max": 0.0, "threshold": threshold,
+                "tail_share": 0.0}
+    return {"count": len(data), "mean": float(data.mean()), "median": float(np.median(data)),
+            "p90": float(np.percentile(data, 90)), "max": float(data.max()), "threshold": threshold,
+            "tail_share": tail_share(data, threshold)}
+
+
+def histogram_rows(values: Iterable[float], bins: int = 20) -> list[dict]:
+    """Rows for a DVC bar plot: ``bins`` equal bins over [0, 1], each row a bin's lower edge
+    (``similarity``) and how many values fall in it (the last bin includes 1.0)."""
+    data = np.asarray(list(values), dtype=float)
+    if len(data) and (data.min() < 0.0 or data.max() > 1.0):
+        raise ValueError("similarities must lie in [0, 1]")
+    counts, edges = np.histogram(data, bins=bins, range=(0.0, 1.0))
+    return [{"similarity": round(float(edge), 6), "count": int(count)}
+            for edge, count in zip(edges[:-1], counts, strict=True)]
+
+
+def _combine(s, t, structural_weight: float, textual_weight: float):
+    """The weighted mean of structural and textual estimates (scalars or arrays alike)."""
+    if structural_weight < 0 or textual_weight < 0 or structural_weight + textual_weight <= 0:
+        raise ValueError("weights must be non-negative, not both zero")
+    return (structural_weight * s + textual_weight * t) / (structural_weight + textual_weight)
+
+
+def _check_compatible(signatures: Sequence[TaskSignature]) -> None:
+    shapes = {(s.seed, len(s.structural), len(s.textual)) for s in signatures}
+    if len(shapes) > 1:
+        raise ValueError(f"signatures of different seeds or sizes cannot be compared: {sorted(shapes)}")
+
+
+@lru_cache(maxsize=8)
+def _permutation_keys(num_perm: int, seed: int) -> np.ndarray:
+    """One 64-bit key per permutation, from blake2b of (seed, index)."""
+    keys = b"".join(hashlib.blake2b(f"minhash:{seed}:{i}".encode(), digest_size=8).digest()
+                    for i in range(num_perm))
+    return np.frombuffer(keys, dtype="<u8").astype(np.uint64)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finalizer: a bijection of 64-bit values that scatters every input bit."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _M1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _M2
+    return x ^ (x >> np.uint64(31))
