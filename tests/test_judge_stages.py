@@ -19,10 +19,11 @@ import pytest
 import yaml
 
 from interlock.core import schemas
-from interlock.core.config import load_params, write_params
+from interlock.core.config import SynthesisConfig, load_params, write_params
 from interlock.core.io import read_rows, write_row_groups, write_table, write_table_set
 from interlock.core.paths import Paths
 from interlock.judging.stage import run_accept, run_judge
+from interlock.recursive.stage import run_grow
 from interlock.rollout.runs import scripted_rollouts
 from interlock.synthesis.packs import pack_rows
 from interlock.synthesis.tasks import TaskContext
@@ -34,7 +35,10 @@ POLICIES = ("oracle", "noisy", "claim_only", "collateral_damage")
 
 
 def _write_pool(paths: Paths, tasks: list, policies: tuple[str, ...] = POLICIES) -> list[dict]:
-    """The tasks' packs, and their scripted rollouts in two row groups."""
+    """The tasks' packs, and their scripted rollouts in two row groups; recursive synthesis's
+    (empty) grown pool, which the judging stages read beside the packs."""
+    base = yaml.safe_load((REPO / "conf" / "synthesis" / "base.yaml").read_text())
+    run_grow(paths, None, SynthesisConfig.model_validate(base), 0)
     with write_table_set(paths.packs, schemas.PACK_TABLES) as tables:
         rows: dict[str, list[dict]] = {name: [] for name in schemas.PACK_TABLES}
         for _, _, _, pack in tasks:

@@ -90,9 +90,10 @@ def _children(outcomes: list[Outcome]) -> dict[str, list[dict]]:
     return rows
 
 
-def run_grow(paths: Paths, catalog: Catalog, config: SynthesisConfig, seed: int) -> dict:
-    """Grow the ``rft`` pool; write the children and the reports; return the metrics."""
-    seeds, taken = seed_pool(paths, catalog)
+def run_grow(paths: Paths, catalog: Catalog | None, config: SynthesisConfig, seed: int) -> dict:
+    """Grow the ``rft`` pool; write the children and the reports; return the metrics. With no
+    rounds (``synthesis=base``) nothing is read and every table is written empty."""
+    seeds, taken = seed_pool(paths, catalog) if config.rounds else ([], [])
     total = config.rounds * config.candidates
     round_rows, rejected = [], Counter()
     grown = paths.grown
@@ -138,7 +139,7 @@ def _rounds(config: SynthesisConfig, sampler: str, seed: int) -> RoundsConfig:
 
 def grow(params: Params, paths: Paths) -> StageReport:
     config = params.synthesis
-    metrics = run_grow(paths, load_domains(paths.domains), config, params.seed)
+    metrics = run_grow(paths, load_domains(paths.domains) if config.rounds else None, config, params.seed)
     print(f"grow: synthesis={config.name}: {metrics['validated']} of {metrics['candidates']} candidates "
           f"validated over {config.rounds} rounds; rft pool {metrics['seeds']} -> {metrics['pool']}")
     return StageReport(metrics=metrics)
