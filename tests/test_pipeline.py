@@ -24,10 +24,9 @@ from interlock.training.examples import table_schema
 from helpers.repo import BIN, stages_run
 from helpers.repo import run as _run
 
-ARTIFACTS = ["domains.parquet", "blueprints.parquet", "graphs", "packs", "review", "models", "demos",
-             "rollouts", "rollout_timings.parquet", "judge", "accepted", "interventions", "training_set",
-             "evaluation",
-             "evaluation_timings.parquet"]
+ARTIFACTS = ["domains.parquet", "blueprints.parquet", "graphs", "packs", "review", "grown", "models",
+             "demos", "rollouts", "rollout_timings.parquet", "judge", "accepted", "interventions",
+             "training_set", "evaluation", "evaluation_timings.parquet"]
 #: measured, so different every run; no stage reads them
 MEASURED = {"rollout_timings.parquet", "evaluation_timings.parquet"}
 
@@ -58,7 +57,7 @@ def test_repro_after_repro_does_nothing(smoke_copy):
 
 def test_stages_write_identical_bytes_when_forced(smoke_copy):
     before = _snapshot(smoke_copy / "data")
-    assert len(stages_run(_run([str(BIN / "dvc"), "repro", "--force"], smoke_copy))) == 15
+    assert len(stages_run(_run([str(BIN / "dvc"), "repro", "--force"], smoke_copy))) == 16
     assert _snapshot(smoke_copy / "data") == before
 
 

@@ -119,10 +119,11 @@ RST_REJECTIONS = pa.schema([
     ("kind", s), ("reasons", pa.list_(s)),
 ])
 #: one row per round and sampler: candidates, validated, the pool, the children's size, the
-#: similarity tail (``sampler`` = the grow stage's own, or ``compare_with``'s: report only)
+#: similarity tail (``sampler`` = the grow stage's own, or ``compare_with``'s: report only); no
+#: timings (the artifact is the same bytes on every run; seconds go to metrics/grow.json)
 RST_ROUNDS = pa.schema([
     ("sampler", s), ("round", i32), ("candidates", i32), ("validated", i32), ("pool", i32),
-    ("mean_nodes", f64), ("mean_reference_calls", f64), ("seconds_per_candidate", f64),
+    ("mean_nodes", f64), ("mean_reference_calls", f64),
     ("nearest_median", f64), ("nearest_p90", f64), ("tail_share", f64),
     ("validated_by_operator", s), ("rejected_by_operator", s),
 ])

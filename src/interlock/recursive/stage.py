@@ -4,7 +4,8 @@
 Writes, under ``paths.grown``: the children's blueprints, graphs and packs (one row group per
 round, aligned), their lineage (task, parents, round, operator, contract), every rejection with its
 operator and reasons, and one row per round and sampler (candidates, validated, pool, graph size,
-reference tool calls, seconds per candidate, the similarity tail); the similarity plot; metrics.
+reference tool calls, the similarity tail); the similarity plot; metrics (with each round's seconds
+per candidate, which no artifact holds: those are the same bytes on every run).
 """
 
 from __future__ import annotations
@@ -31,8 +32,7 @@ from interlock.synthesis.tasks import iter_blueprints, load_domains
 
 PLOT_COLUMNS = ["round", "sampler", "tail_share", "nearest_median", "nearest_p90"]
 #: what the metrics keep of each round
-BY_ROUND = ("sampler", "round", "candidates", "validated", "pool", "tail_share", "mean_nodes",
-            "seconds_per_candidate")
+BY_ROUND = ("sampler", "round", "candidates", "validated", "pool", "tail_share", "mean_nodes")
 
 
 def seed_pool(paths: Paths, catalog: Catalog) -> tuple[list[Task], list[Blueprint]]:
@@ -59,7 +59,6 @@ def round_row(sampler: str, report: RoundReport, pool: int, threshold: float) ->
             "validated": report.validated, "pool": pool,
             "mean_nodes": float(np.mean(report.nodes)) if report.nodes else 0.0,
             "mean_reference_calls": float(np.mean(report.reference_calls)) if report.reference_calls else 0.0,
-            "seconds_per_candidate": report.seconds / report.candidates if report.candidates else 0.0,
             "nearest_median": float(np.median(nearest)), "nearest_p90": float(np.quantile(nearest, 0.9)),
             "tail_share": tail_share(report.nearest, threshold),
             "validated_by_operator": json.dumps(dict(sorted(report.validated_by_operator.items()))),
@@ -95,7 +94,7 @@ def run_grow(paths: Paths, catalog: Catalog | None, config: SynthesisConfig, see
     rounds (``synthesis=base``) nothing is read and every table is written empty."""
     seeds, taken = seed_pool(paths, catalog) if config.rounds else ([], [])
     total = config.rounds * config.candidates
-    round_rows, rejected = [], Counter()
+    round_rows, seconds, rejected = [], [], Counter()
     grown = paths.grown
     with write_row_groups(paths.grown_blueprints, schemas.BLUEPRINTS) as blueprints, \
             write_table_set(paths.grown_graphs, schemas.GRAPH_TABLES) as graphs, \
@@ -112,6 +111,7 @@ def run_grow(paths: Paths, catalog: Catalog | None, config: SynthesisConfig, see
             lineage.write(rows["lineage"])
             rejections.write(rows["rejections"])
             rejected.update(f"{o}: {k}" for (o, k), n in report.rejections.items() for _ in range(n))
+            seconds.append(round(report.seconds / report.candidates, 4) if report.candidates else 0.0)
             round_rows.append(round_row(config.sampler, report, len(pool.members),
                                         config.similarity_threshold))
     if config.compare_with and config.rounds:
@@ -119,6 +119,7 @@ def run_grow(paths: Paths, catalog: Catalog | None, config: SynthesisConfig, see
         with task_progress(total, f"grow ({config.compare_with}, report only)") as bar:
             rounds = _rounds(config, config.compare_with, seed)
             for report, _ in grow_rounds(other, rounds, progress=bar.update):
+                seconds.append(round(report.seconds / report.candidates, 4) if report.candidates else 0.0)
                 round_rows.append(round_row(config.compare_with, report, len(other.members),
                                             config.similarity_threshold))
     write_table(grown / "rounds.parquet", round_rows, schemas.RST_ROUNDS)
@@ -129,7 +130,8 @@ def run_grow(paths: Paths, catalog: Catalog | None, config: SynthesisConfig, see
             "pool": own[-1]["pool"] if own else len(seeds),
             "rejections": dict(sorted(rejected.items())),
             "tail_share": {r["sampler"]: r["tail_share"] for r in round_rows if r["round"] == config.rounds},
-            "by_round": [{k: r[k] for k in BY_ROUND} for r in round_rows]}
+            "by_round": [{**{k: r[k] for k in BY_ROUND}, "seconds_per_candidate": t}
+                         for r, t in zip(round_rows, seconds, strict=True)]}
 
 
 def _rounds(config: SynthesisConfig, sampler: str, seed: int) -> RoundsConfig:
