@@ -35,12 +35,19 @@ PLOT_COLUMNS = ["round", "sampler", "tail_share", "nearest_median", "nearest_p90
 BY_ROUND = ("sampler", "round", "candidates", "validated", "pool", "tail_share", "mean_nodes")
 
 
+def admitted_rft(paths: Paths) -> list[str]:
+    """The rft tasks the review admitted (none where it has not run)."""
+    if not paths.admitted.exists():
+        return []
+    rows = read_rows(paths.admitted, schemas.REVIEW_TABLES["admitted"])
+    return [r["task_id"] for r in rows if r["pool"] == "rft"]
+
+
 def seed_pool(paths: Paths, catalog: Catalog) -> tuple[list[Task], list[Blueprint]]:
     """The admitted ``rft`` tasks, compiled (the first parents), and every task of every pool (no
     child may duplicate one)."""
-    rows = read_rows(paths.require(paths.admitted), schemas.REVIEW_TABLES["admitted"])
-    admitted = {r["task_id"] for r in rows
-                if r["pool"] == "rft"}
+    paths.require(paths.admitted)
+    admitted = set(admitted_rft(paths))
     seeds, taken = [], []
     for batch in iter_blueprints(paths.blueprints, catalog):
         for blueprint in batch:
@@ -93,6 +100,7 @@ def run_grow(paths: Paths, catalog: Catalog | None, config: SynthesisConfig, see
     """Grow the ``rft`` pool; write the children and the reports; return the metrics. With no
     rounds (``synthesis=base``) nothing is read and every table is written empty."""
     seeds, taken = seed_pool(paths, catalog) if config.rounds else ([], [])
+    first = len(seeds) if config.rounds else len(admitted_rft(paths))
     total = config.rounds * config.candidates
     round_rows, seconds, rejected = [], [], Counter()
     grown = paths.grown
@@ -125,9 +133,9 @@ def run_grow(paths: Paths, catalog: Catalog | None, config: SynthesisConfig, see
     write_table(grown / "rounds.parquet", round_rows, schemas.RST_ROUNDS)
     write_tsv(paths.grow_similarity_plot, [{k: r[k] for k in PLOT_COLUMNS} for r in round_rows], PLOT_COLUMNS)
     own = [r for r in round_rows if r["sampler"] == config.sampler]
-    return {"synthesis": config.name, "seeds": len(seeds), "rounds": config.rounds,
+    return {"synthesis": config.name, "seeds": first, "rounds": config.rounds,
             "candidates": sum(r["candidates"] for r in own), "validated": sum(r["validated"] for r in own),
-            "pool": own[-1]["pool"] if own else len(seeds),
+            "pool": own[-1]["pool"] if own else first,
             "rejections": dict(sorted(rejected.items())),
             "tail_share": {r["sampler"]: r["tail_share"] for r in round_rows if r["round"] == config.rounds},
             "by_round": [{**{k: r[k] for k in BY_ROUND}, "seconds_per_candidate": t}
