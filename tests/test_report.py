@@ -315,3 +315,15 @@ def test_side_by_side_shows_each_criterion_verdict_and_transcript(tasks):
     assert "good" in page and "bad" in page and "a &lt;note&gt;" in page
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert page.count("<pre") == 2 and "the request" in page and "tools" not in page.split("<pre")[1]
+
+
+def test_the_similarity_tail_is_one_line_per_sampler_in_round_order():
+    rounds = pd.DataFrame([{"round": r, "sampler": s, "tail_share": share}
+                           for s, shares in (("uniform", [0.2, 0.4]), ("novelty", [0.3, 0.1]))
+                           for r, share in zip((2, 1), reversed(shares), strict=True)])
+    ax = report.plot_similarity_tail(rounds, 0.95).axes[0]
+    lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()}
+    assert lines == {"novelty": ([1, 2], [0.3, 0.1]), "uniform": ([1, 2], [0.2, 0.4])}
+    assert "0.95" in ax.get_ylabel()
+    empty = report.plot_similarity_tail(pd.DataFrame(columns=["round", "sampler", "tail_share"]), 0.95)
+    assert not empty.axes[0].get_lines() and "synthesis=base" in empty.axes[0].texts[0].get_text()

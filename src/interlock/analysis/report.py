@@ -368,6 +368,26 @@ def plot_intervention_nll(nll: InterventionNll) -> Figure:
     return fig
 
 
+def plot_similarity_tail(rounds: pd.DataFrame, threshold: float) -> Figure:
+    """Recursive synthesis's similarity tail: per round, the share of the pool whose nearest
+    neighbour is more similar than ``threshold``, one line per parent sampler (``rounds``: columns
+    ``round``, ``sampler``, ``tail_share``; the grow stage's ``grow_similarity.tsv`` or the rounds
+    benchmark's figures)."""
+    fig = Figure(figsize=(6.4, 3.6), layout="constrained")
+    ax = fig.subplots()
+    if rounds.empty:
+        _empty(ax, "no rounds (synthesis=base)")
+        return fig
+    for i, (sampler, frame) in enumerate(rounds.sort_values("round").groupby("sampler", sort=True)):
+        ax.plot(frame["round"], frame["tail_share"], marker="o", color=COLORS[i % len(COLORS)], label=sampler)
+    ax.set_xlabel("round")
+    ax.set_ylabel(f"share with a neighbour above {threshold:g}")
+    ax.set_ylim(0, 1)
+    ax.legend(title="parent sampler", fontsize=8)
+    ax.set_title("recursive synthesis: the similarity tail", fontsize=10)
+    return fig
+
+
 # ----------------------------------------------------------------------------- one task
 
 def accepted_ids(path: Path | str) -> list[str]:
