@@ -801,7 +801,7 @@ class Grown:
     """One run of the rounds: each round's report, outcomes and pool size after it, and the pool."""
 
     reports: list[rounds.RoundReport]
-    outcomes: list[list[rounds.Outcome]]
+    outcomes: list[list[rounds.Candidate]]
     sizes: list[int]
     pool: rounds.Pool
 
@@ -815,7 +815,7 @@ def run_rounds(pool: rounds.Pool, config: rounds.RoundsConfig) -> Grown:
     return Grown(reports, outcomes, sizes, pool)
 
 
-def summary(outcome: rounds.Outcome) -> tuple:
+def summary(outcome: rounds.Candidate) -> tuple:
     """Everything that makes an outcome what it is, as plain data."""
     return (outcome.round, outcome.index, outcome.operator, outcome.parents, outcome.child, outcome.reason,
             outcome.checked.contract.to_json() if outcome.checked else None,
@@ -837,7 +837,7 @@ def grown(seeds, catalog) -> Grown:
     return run_rounds(seeds.pool(catalog), ROUNDS)
 
 
-def validated_children(run: Grown, round_number: int) -> list[rounds.Outcome]:
+def validated_children(run: Grown, round_number: int) -> list[rounds.Candidate]:
     return [o for o in run.outcomes[round_number - 1] if not o.reason]
 
 
@@ -917,7 +917,7 @@ def test_rounds_resume_from_a_grown_pool(grown, seeds, catalog):
     assert [m.blueprint for m in pool.members] == [m.blueprint for m in grown.pool.members]
 
 
-def first_round_again(seeds: Seeds, catalog, extra: tuple[Blueprint, ...]) -> list[rounds.Outcome]:
+def first_round_again(seeds: Seeds, catalog, extra: tuple[Blueprint, ...]) -> list[rounds.Candidate]:
     """Round 1 rerun with ``extra`` tasks among every pool's (its plan is the same: the taken tasks
     are no parents)."""
     (done,) = run_rounds(seeds.pool(catalog, extra), replace(ROUNDS, rounds=1)).outcomes

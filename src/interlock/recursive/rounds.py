@@ -79,7 +79,7 @@ class RoundReport:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Candidate:
     """One candidate: its round and index, operator, parents, child id and what became of it."""
 
     round: int
@@ -166,7 +166,7 @@ def child_id(parent: Blueprint, round_number: int, index: int) -> str:
 
 
 def attempt(pool: Pool, operator: Operator, parents: Sequence[Member], round_number: int, index: int,
-            seed: int) -> Outcome:
+            seed: int) -> Candidate:
     """One candidate: rewrite, validate, and refuse a duplicate."""
     first = parents[0].blueprint
     task_id = child_id(first, round_number, index)
@@ -176,18 +176,21 @@ def attempt(pool: Pool, operator: Operator, parents: Sequence[Member], round_num
         rewrite = operator.rewrite([p.blueprint for p in parents], domain, task_id,
                                    stable_seed(seed, "rst", round_number, index))
     except NotApplicable as exc:
-        return Outcome(round_number, index, operator.name, names, task_id, None, f"not applicable: {exc}")
+        return Candidate(round_number, index, operator.name, names, task_id, None, f"not applicable: {exc}")
     checked = validate(pool.task(parents[0]), rewrite, domain)
     reason = checked.reasons[0] if checked.reasons else ""
     if not reason and rewrite.child.fingerprint in pool.fingerprints:
         reason = "duplicate: the child's content is already a task's"
     if not reason and rewrite.child.skeleton in pool.skeletons:
         reason = "duplicate: the child is a near duplicate (the same up to words) of a dev or benchmark task"
-    return Outcome(round_number, index, operator.name, names, task_id, checked, reason)
+    return Candidate(round_number, index, operator.name, names, task_id, checked, reason)
+
+
+Progress = Callable[[int], None]
 
 
 def grow_rounds(pool: Pool, config: RoundsConfig, *, first: int = 1,
-                progress: Callable[[int], None] | None = None) -> Iterator[tuple[RoundReport, list[Outcome]]]:
+                progress: Progress | None = None) -> Iterator[tuple[RoundReport, list[Candidate]]]:
     """Run the rounds, numbered from ``first``; yield each round's report and its candidates'
     outcomes (validated children have joined ``pool`` by then). ``progress`` is called with the
     number of candidates done."""

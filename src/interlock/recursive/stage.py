@@ -21,7 +21,7 @@ from interlock.core.io import read_rows, write_row_groups, write_table, write_ta
 from interlock.core.paths import Paths
 from interlock.core.runner import task_progress
 from interlock.core.tracking import StageReport
-from interlock.recursive.rounds import Outcome, Pool, RoundReport, RoundsConfig, grow_rounds
+from interlock.recursive.rounds import Candidate, Pool, RoundReport, RoundsConfig, grow_rounds
 from interlock.recursive.similarity import tail_share
 from interlock.recursive.validation import Task, compile_task
 from interlock.synthesis.blueprints import Blueprint
@@ -72,7 +72,7 @@ def round_row(sampler: str, report: RoundReport, pool: int, threshold: float) ->
             "rejected_by_operator": json.dumps(dict(sorted(rejected.items())))}
 
 
-def _children(outcomes: list[Outcome]) -> dict[str, list[dict]]:
+def _children(outcomes: list[Candidate]) -> dict[str, list[dict]]:
     rows: dict = {"blueprints": [], "lineage": [], "rejections": []}
     graphs: dict[str, list[dict]] = {name: [] for name in schemas.GRAPH_TABLES}
     packs: dict[str, list[dict]] = {name: [] for name in schemas.PACK_TABLES}
