@@ -46,7 +46,7 @@ from interlock.recursive.validation import Task, compile_task, validate
 from interlock.review.controls import reference_calls, run_reference
 from interlock.review.stage import review_pack
 from interlock.synthesis.blueprints import Blueprint, generate_blueprints, make_blueprint, sample_subject
-from interlock.synthesis.catalog import Catalog, Domain
+from interlock.synthesis.catalog import Catalog, Domain, load_catalog
 from interlock.synthesis.checks import View, run_check
 from interlock.synthesis.graph import CompletionGraph, graph_rows
 from interlock.synthesis.kinds.effects import EFFECT_KINDS
@@ -1246,3 +1246,12 @@ def test_comparing_a_sampler_with_itself_is_refused(stage):
     with pytest.raises(InterlockError, match="compare_with") as caught:
         SynthesisConfig.model_validate(data)
     assert caught.value.field == "synthesis.compare_with"
+
+
+def test_an_empty_pool_grows_rounds_without_candidates():
+    """Where the review admitted no rft task there is nothing to rewrite: each round reports zero
+    candidates instead of failing the stage."""
+    empty = rounds.Pool(load_catalog(None), [], [])
+    reports = list(rounds.grow_rounds(empty, rounds.RoundsConfig(rounds=2, candidates=5)))
+    assert [(r.round, r.candidates, r.validated) for r, _ in reports] == [(1, 0, 0), (2, 0, 0)]
+    assert all(outcomes == [] for _, outcomes in reports)

@@ -144,6 +144,8 @@ def plan_round(pool: Pool, config: RoundsConfig,
                round_number: int) -> list[tuple[int, Operator, list[Member]]]:
     """The round's candidates, drawn before any is validated (so what one candidate becomes never
     changes which parents the next draws): for each, an operator and its parents."""
+    if not pool.members:  # nothing was admitted to grow from: the round has no candidates
+        return []
     rng = random.Random(stable_seed(config.seed, "rst", round_number))
     weights = parent_weights(pool, config.sampler, config.novelty_power)
     plan = []
