@@ -11,13 +11,16 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from PIL import Image
 
 from interlock.analysis.artifacts import Artifacts, repository_paths
 from interlock.analysis.cli import main
 from interlock.analysis.draw import draw_graph
+from interlock.core.config import SynthesisConfig, load_params
 from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
+from interlock.recursive.stage import run_grow
 from interlock.review.stage import run_review
 from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.catalog import load_catalog
@@ -208,3 +211,32 @@ def test_console_script_entry_point(data):
     assert result.returncode == 0, result.stderr
     assert "domains" in result.stdout and "train" in result.stdout
     assert "heldout" not in result.stdout
+
+
+@pytest.fixture(scope="module")
+def grown(data) -> list[dict]:
+    """One round of recursive synthesis on the module's tasks, written beside them (data/grown)."""
+    params = load_params(REPO / "params.yaml")
+    rst = yaml.safe_load((REPO / "conf" / "synthesis" / "rst.yaml").read_text())
+    config = SynthesisConfig.model_validate({**rst, "rounds": 1, "candidates": 6, "compare_with": None})
+    run_grow(params.paths.rebase(data=data), load_domains(data / "domains.parquet"), config, params.seed)
+    lineage = pq.read_table(data / "grown" / "lineage.parquet").to_pylist()
+    assert lineage, "no child validated: pick another seed or more candidates"
+    return lineage
+
+
+def test_show_prints_a_grown_tasks_lineage_and_draw_outlines_its_rewrite(data, grown, capsys, tmp_path):
+    child = grown[0]
+    code, out, _ = run(capsys, "--data", str(data), "show", child["task_id"])
+    assert code == 0
+    assert "Lineage (recursive synthesis): 1 rewrite from" in out and child["operator"] in out
+    assert child["parents"][0] in out and "validated by the grow stage in round 1" in out
+    target = tmp_path / "child.png"
+    code, out, _ = run(capsys, "--data", str(data), "draw", child["task_id"], "--against-parent", "-o",
+                       str(target))
+    assert code == 0 and "added or changed against its parent" in out
+    with Image.open(target) as image:
+        assert image.format == "PNG"
+    code, _, err = run(capsys, "--data", str(data), "draw", child["parents"][0], "--against-parent", "-o",
+                       str(tmp_path / "parent.png"))
+    assert code != 0 and "has no parent" in err

@@ -188,7 +188,8 @@ def cmd_show(args: argparse.Namespace, console: Console) -> None:
             table.add_row(escape(row["task_id"]), str(row["round"]), row["operator"],
                           escape(", ".join(row["parents"])), escape(contract["demands"]))
         console.print()
-        _print_table(console, f"Lineage (recursive synthesis): {len(lineage)} rewrites from "
+        rewrites = f"{len(lineage)} rewrite{'s' if len(lineage) != 1 else ''}"
+        _print_table(console, f"Lineage (recursive synthesis): {rewrites} from "
                               f"{escape(lineage[-1]['parents'][0])}", table)
         console.print(f"[bold]Verdict[/]: [green]validated[/] by the grow stage in round "
                       f"{lineage[0]['round']} (reviews, contract conformance, oracle execution)")
