@@ -33,6 +33,7 @@ from interlock.core.config import compose_params  # noqa: E402
 from interlock.core.types import TaskSize  # noqa: E402
 from interlock.recursive.operators import OPERATORS  # noqa: E402
 from interlock.recursive.rounds import Pool, RoundsConfig, grow_rounds  # noqa: E402
+from interlock.recursive.similarity import tail_share  # noqa: E402
 from interlock.recursive.validation import compile_task  # noqa: E402
 from interlock.synthesis.blueprints import generate_blueprints  # noqa: E402
 from interlock.synthesis.catalog import load_catalog  # noqa: E402
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         seconds = time.perf_counter() - clock
         validated += report.validated
         rate = report.validated / report.candidates if report.candidates else rate
-        tail = sum(s >= 0.95 for s in report.nearest) / max(1, len(report.nearest))
+        tail = tail_share(report.nearest, 0.95)
         row = {"round": number, "candidates": report.candidates, "validated": report.validated,
                "pool": len(pool.members), "seconds": round(seconds, 2),
                "seconds_per_validated": round(seconds / report.validated, 4) if report.validated else None,

@@ -1255,3 +1255,13 @@ def test_an_empty_pool_grows_rounds_without_candidates():
     reports = list(rounds.grow_rounds(empty, rounds.RoundsConfig(rounds=2, candidates=5)))
     assert [(r.round, r.candidates, r.validated) for r, _ in reports] == [(1, 0, 0), (2, 0, 0)]
     assert all(outcomes == [] for _, outcomes in reports)
+
+
+@pytest.mark.parametrize("text", ['{"operator": "add_case"}', "[]", '{"operator": 1, "parents": 5}',
+                                  "not json"])
+def test_a_malformed_contract_is_a_clear_error(text):
+    with pytest.raises(InterlockError) as caught:
+        TransformationContract.from_json(text, source="data/grown/lineage.parquet", item="x.rft.r01.00001")
+    error = caught.value
+    assert (error.file, error.item, error.field) == ("data/grown/lineage.parquet", "x.rft.r01.00001",
+                                                     "contract")

@@ -19,7 +19,6 @@ from interlock.core.config import compose_params
 from interlock.core.types import TaskSize
 from interlock.recursive.similarity import (
     TaskSignature,
-    histogram_rows,
     jaccard,
     minhash,
     nearest_neighbours,
@@ -223,7 +222,7 @@ def test_empty_and_singleton_pools(signatures):
     assert nearest_neighbours(signatures[:1], exact_below=0) == [(None, 0.0)]
 
 
-def test_summary_tail_share_and_histogram_of_a_hand_made_list():
+def test_summary_and_tail_share_of_a_hand_made_list():
     values = [0.03, 0.42, 0.42, 0.97, 1.0]
     assert tail_share(values, 0.9) == 0.4
     assert tail_share(values, 0.42) == 0.8  # at or above
@@ -232,14 +231,6 @@ def test_summary_tail_share_and_histogram_of_a_hand_made_list():
     assert summary == {"count": 5, "mean": pytest.approx(0.568), "median": 0.42,
                        "p90": pytest.approx(0.988), "max": 1.0, "threshold": 0.9, "tail_share": 0.4}
     assert similarity_summary([], 0.9)["count"] == 0
-    rows = histogram_rows(values)
-    assert len(rows) == 20 and sum(r["count"] for r in rows) == 5
-    assert rows[0] == {"similarity": 0.0, "count": 1}
-    assert rows[8] == {"similarity": 0.4, "count": 2}
-    assert rows[19] == {"similarity": 0.95, "count": 2}  # 1.0 falls in the last bin
-    assert [r["similarity"] for r in histogram_rows([], bins=4)] == [0.0, 0.25, 0.5, 0.75]
-    with pytest.raises(ValueError):
-        histogram_rows([1.5])
 
 
 @pytest.mark.parametrize("synthesis", ["rst", "base"])

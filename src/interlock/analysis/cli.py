@@ -26,9 +26,8 @@ from rich.table import Table
 
 from interlock.analysis.artifacts import Artifacts, UnknownTask, repository_paths
 from interlock.core.errors import InterlockError
-from interlock.core.io import loads
 from interlock.core.types import POOLS
-from interlock.recursive.contract import changed_nodes
+from interlock.recursive.contract import TransformationContract, changed_nodes
 
 EXIT_ERROR, EXIT_USAGE = 1, 2
 
@@ -183,10 +182,10 @@ def cmd_show(args: argparse.Namespace, console: Console) -> None:
         for name in ("task", "round", "operator", "parents", "demands"):
             table.add_column(name, no_wrap=name in ("round", "operator"))
         for row in lineage:
-            contract = loads(row["contract"], file=str(artifacts.paths.lineage), item=row["task_id"],
-                             field="contract")
+            contract = TransformationContract.from_json(row["contract"], source=str(artifacts.paths.lineage),
+                                                        item=row["task_id"])
             table.add_row(escape(row["task_id"]), str(row["round"]), row["operator"],
-                          escape(", ".join(row["parents"])), escape(contract["demands"]))
+                          escape(", ".join(row["parents"])), escape(contract.demands))
         console.print()
         rewrites = f"{len(lineage)} rewrite{'s' if len(lineage) != 1 else ''}"
         _print_table(console, f"Lineage (recursive synthesis): {rewrites} from "

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from interlock.core.errors import InterlockError
 from interlock.core.io import dumps, loads
 from interlock.synthesis.checks import sha
 from interlock.synthesis.graph import RULE_CLAUSE, CompletionGraph, Hyperedge, Node
@@ -323,11 +324,18 @@ class TransformationContract:
                       "evidence": list(self.evidence)})
 
     @classmethod
-    def from_json(cls, text: str, *, source: str = "contract") -> TransformationContract:
-        data = loads(text, file=source, item="contract", field="contract")
-        return cls(data["operator"], tuple(data["parents"]), data["child"], data["demands"],
-                   data["adds_requirement"], {f: Delta.from_dict(d) for f, d in data["changes"].items()},
-                   tuple(data["evidence"]))
+    def from_json(cls, text: str, *, source: str = "contract",
+                  item: str = "contract") -> TransformationContract:
+        """A contract read back (a lineage row's); anything missing or malformed is an error naming
+        ``source``, ``item`` and the field."""
+        data = loads(text, file=source, item=item, field="contract")
+        try:
+            return cls(data["operator"], tuple(data["parents"]), data["child"], data["demands"],
+                       data["adds_requirement"], {f: Delta.from_dict(d) for f, d in data["changes"].items()},
+                       tuple(data["evidence"]))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise InterlockError(f"not a transformation contract ({exc!r} missing or malformed)", file=source,
+                                 item=item, field="contract") from None
 
 
 def conformance_problems(contract: TransformationContract, actual: Mapping[str, Delta]) -> list[str]:

@@ -232,17 +232,6 @@ def similarity_summary(values: Iterable[float], threshold: float) -> dict:
             "tail_share": tail_share(data, threshold)}
 
 
-def histogram_rows(values: Iterable[float], bins: int = 20) -> list[dict]:
-    """Rows for a DVC bar plot: ``bins`` equal bins over [0, 1], each row a bin's lower edge
-    (``similarity``) and how many values fall in it (the last bin includes 1.0)."""
-    data = np.asarray(list(values), dtype=float)
-    if len(data) and (data.min() < 0.0 or data.max() > 1.0):
-        raise ValueError("similarities must lie in [0, 1]")
-    counts, edges = np.histogram(data, bins=bins, range=(0.0, 1.0))
-    return [{"similarity": round(float(edge), 6), "count": int(count)}
-            for edge, count in zip(edges[:-1], counts, strict=True)]
-
-
 def _combine(s, t, structural_weight: float, textual_weight: float):
     """The weighted mean of structural and textual estimates (scalars or arrays alike)."""
     if structural_weight < 0 or textual_weight < 0 or structural_weight + textual_weight <= 0:

@@ -22,7 +22,7 @@ from interlock.core.paths import Paths
 from interlock.core.runner import task_progress
 from interlock.core.tracking import StageReport
 from interlock.recursive.rounds import Candidate, Pool, RoundReport, RoundsConfig, grow_rounds
-from interlock.recursive.similarity import tail_share
+from interlock.recursive.similarity import similarity_summary
 from interlock.recursive.validation import Task, compile_task
 from interlock.synthesis.blueprints import Blueprint
 from interlock.synthesis.catalog import Catalog
@@ -58,7 +58,7 @@ def seed_pool(paths: Paths, catalog: Catalog) -> tuple[list[Task], list[Blueprin
 
 
 def round_row(sampler: str, report: RoundReport, pool: int, threshold: float) -> dict:
-    nearest = np.asarray(report.nearest or [0.0])
+    nearest = similarity_summary(report.nearest, threshold)
     rejected = Counter()
     for (operator, _), count in report.rejections.items():
         rejected[operator] += count
@@ -66,8 +66,8 @@ def round_row(sampler: str, report: RoundReport, pool: int, threshold: float) ->
             "validated": report.validated, "pool": pool,
             "mean_nodes": float(np.mean(report.nodes)) if report.nodes else 0.0,
             "mean_reference_calls": float(np.mean(report.reference_calls)) if report.reference_calls else 0.0,
-            "nearest_median": float(np.median(nearest)), "nearest_p90": float(np.quantile(nearest, 0.9)),
-            "tail_share": tail_share(report.nearest, threshold),
+            "nearest_median": nearest["median"], "nearest_p90": nearest["p90"],
+            "tail_share": nearest["tail_share"],
             "validated_by_operator": json.dumps(dict(sorted(report.validated_by_operator.items()))),
             "rejected_by_operator": json.dumps(dict(sorted(rejected.items())))}
 
