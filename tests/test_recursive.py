@@ -1265,3 +1265,12 @@ def test_a_malformed_contract_is_a_clear_error(text):
     error = caught.value
     assert (error.file, error.item, error.field) == ("data/grown/lineage.parquet", "x.rft.r01.00001",
                                                      "contract")
+
+
+def test_only_the_rft_pool_reads_the_grown_tasks(stage):
+    """Children are rft tasks: the demo, dev and benchmark pools (demos, evaluation) never read the
+    grown pool, whose stage they do not depend on."""
+    admitted = read_rows(stage.paths.admitted, schemas.REVIEW_TABLES["admitted"])
+    for pool in ("demo", "dev", "benchmark"):
+        assert admitted_ids(stage.paths, pool) == [r["task_id"] for r in admitted if r["pool"] == pool]
+    assert any(".r01." in t for t in admitted_ids(stage.paths, "rft"))

@@ -87,6 +87,8 @@ def admitted_ids(paths: Paths, pool: str) -> list[str]:
     """The tasks of one pool that may be rolled out, in order: the ones the review admitted, then
     (``rft`` only) every validated child of recursive synthesis."""
     ids = [r["task_id"] for r in _admitted_rows(paths) if r["pool"] == pool]
+    if pool != "rft":  # children are rft tasks only; other pools never read the grown pool
+        return ids
     return ids + [r["task_id"] for r in _grown_rows(paths) if r["pool"] == pool]
 
 
@@ -96,17 +98,13 @@ def admitted_tasks(paths: Paths, catalog: Catalog, pool: str,
     ``chosen``, streamed with their packs and graphs."""
     allowed = set(admitted_ids(paths, pool)) if chosen is None else chosen & set(admitted_ids(paths, pool))
     folders = [(paths.graphs, paths.packs)]
-    if grown(paths):
+    if pool == "rft" and grown(paths):
         folders.append((paths.grown_graphs, paths.grown_packs))
     for graphs_dir, packs_dir in folders:
         for graphs, packs in zip(iter_graphs(graphs_dir), iter_packs(packs_dir), strict=True):
             for graph, pack in zip(graphs, packs, strict=True):
                 if pack.task_id in allowed:
                     yield TaskContext(pack.task_id, pack, graph, catalog[pack.domain_id])
-
-
-def admitted_count(paths: Paths, pool: str) -> int:
-    return len(admitted_ids(paths, pool))
 
 
 def rollout_ids(paths: Paths, *, matched: bool, seed: int) -> list[str]:
