@@ -67,8 +67,10 @@ def swept(smoke_repo, tmp_path_factory) -> Iterator[Path]:
     # The judge sweep holds the trajectory count with a breadth, as the README's command does: 2
     # trajectories from 2 domains (the agent judge's first two domains hold 3 accepted at the smoke
     # scale).
-    sweeps = (("domains=d2,d4", ("judge=text",), "breadth"),
-              ("judge=agent,text", ("domains=d2", "scale.breadth_trajectories=2"), "judge"))
+    # Recursive synthesis as the smoke run has it, so the grown pool and the rollouts are the smoke
+    # run's (DVC's run cache): a sweep starts after the rollouts.
+    sweeps = (("domains=d2,d4", ("judge=text", "synthesis=rst"), "breadth"),
+              ("judge=agent,text", ("domains=d2", "scale.breadth_trajectories=2", "synthesis=rst"), "judge"))
     for sweep, fixed, group in sweeps:
         _dvc(repo, "exp", "run", "--queue", "-S", "experiment=smoke", "-S", sweep,
              *(arg for setting in fixed for arg in ("-S", setting)), "-S", f"tracking.group={group}")

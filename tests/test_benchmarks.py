@@ -142,3 +142,18 @@ def test_llamacpp_backend_runs_both_backends_on_the_same_episodes(smoke_repo, tm
         assert sides[0]["episodes"] == sides[1]["episodes"] >= 2
         assert all(side["generated_tokens"] > 0 and side["seconds"] > 0 for side in sides)
     assert "rollouts: llamacpp:F32 is" in printed
+
+
+def test_rst_rounds_grows_toward_its_target_and_reports_its_checks(tmp_path) -> None:
+    out = tmp_path / "rst.json"
+    text = bench("rst_rounds.py", "--target", "40", "--rounds", "2", "--seeds", "16", "--json", str(out),
+                 cwd=tmp_path)
+    figures = json.loads(out.read_text())
+    rounds = figures["by_round"]
+    assert [r["round"] for r in rounds] == [1, 2] and figures["seeds"] == 16
+    assert figures["validated"] == sum(r["validated"] for r in rounds) > 0
+    assert rounds[-1]["pool"] == 16 + figures["validated"]
+    assert all(0.0 <= r["tail_share_0.95"] <= 1.0 and r["peak_rss_mib"] > 0 for r in rounds)
+    assert set(figures["checks"]) == {"reached_target", "within_15_minutes_measured",
+                                      "within_15_minutes_extrapolated", "memory_flat"}
+    assert "checks: reached_target" in text
