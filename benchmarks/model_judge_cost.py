@@ -34,6 +34,7 @@ def main() -> None:
     from interlock.core.io import read_rows, write_table
     from interlock.judging.stage import run_judge
     from interlock.models.backends import make_backend
+    from interlock.synthesis.tasks import pack_folders
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", type=Path, default=None,
@@ -56,7 +57,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="judge-cost-") as tmp:
         subset = Path(tmp) / "trajectories.parquet"
         write_table(subset, rows, schemas.TRAJECTORIES)
-        summary = run_judge(subset, [paths.packs], Path(tmp) / "judgements", agent_backend=model,
+        summary = run_judge(subset, pack_folders(paths), Path(tmp) / "judgements", agent_backend=model,
                             text_backend=model)
     figures = {}
     print(f"\n{len(rows)} rollouts, both judges backed by {checkpoint}")
