@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from interlock.core.errors import InterlockError
-from interlock.review.stage import review_pack
+from interlock.review.static import review_pack
 from interlock.synthesis.graph import CompletionGraph, Edge, graph_rows, graphs_from_rows
 from interlock.synthesis.packs import compile_pack, pack_rows, scripted_workspace
 

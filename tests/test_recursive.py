@@ -44,7 +44,7 @@ from interlock.recursive.operators import OPERATORS, NotApplicable, Rewrite
 from interlock.recursive.stage import PLOT_COLUMNS, run_grow
 from interlock.recursive.validation import Task, compile_task, validate
 from interlock.review.controls import reference_calls, run_reference
-from interlock.review.stage import review_pack
+from interlock.review.static import review_pack
 from interlock.synthesis.blueprints import Blueprint, generate_blueprints, make_blueprint, sample_subject
 from interlock.synthesis.catalog import Catalog, Domain, load_catalog
 from interlock.synthesis.checks import View, run_check

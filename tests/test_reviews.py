@@ -14,7 +14,8 @@ from interlock.review.controls import control_problems
 from interlock.review.coverage import coverage_problems
 from interlock.review.critic import critic_problems, public_solution
 from interlock.review.leaks import leak_problems
-from interlock.review.stage import kill_rates, review_pack
+from interlock.review.stage import kill_rates
+from interlock.review.static import review_pack
 from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.graph import build_graph, graph_rows, graphs_from_rows
 from interlock.synthesis.packs import REQUEST_PATH, compile_pack, pack_rows

@@ -28,7 +28,7 @@ from interlock.recursive.contract import (
 )
 from interlock.recursive.operators import Rewrite
 from interlock.review.controls import reference_calls
-from interlock.review.stage import review_pack
+from interlock.review.static import review_pack
 from interlock.synthesis.blueprints import Blueprint
 from interlock.synthesis.catalog import Domain
 from interlock.synthesis.checks import View, run_check

@@ -1,0 +1,44 @@
+"""The static review of one task: source coverage, the public-input critic, the leak review, the
+controls and the mutation controls, and the verdict they give together. Programs on memory only
+(no model, no rollout), so recursive synthesis validates every child with exactly what admits any
+task, without depending on the judges or the rollout engine."""
+
+from __future__ import annotations
+
+from interlock.review.controls import control_problems, run_reference
+from interlock.review.coverage import coverage_problems
+from interlock.review.critic import critic_problems
+from interlock.review.leaks import leak_problems
+from interlock.review.mutations import mutation_controls
+from interlock.synthesis.catalog import Domain
+from interlock.synthesis.graph import CompletionGraph
+from interlock.synthesis.packs import TaskPack
+
+
+def review_pack(graph: CompletionGraph, pack: TaskPack, domain: Domain) -> dict[str, list[dict]]:
+    """Both reviews, the leak review, the controls and the mutation controls for one task; the
+    verdict admits it only if all are clean. ``domain``: the task's catalog entry (the mutation
+    controls write the effects another outcome would have)."""
+    coverage = coverage_problems(graph, pack)
+    reference = run_reference(pack)
+    critic = critic_problems(pack, reference)
+    leaks = leak_problems(graph, pack)
+    controls = control_problems(pack, reference)
+    mutants, unkilled = mutation_controls(graph, pack, domain, reference.final.contents)
+    reasons = sorted({p["problem"] for p in [*coverage, *critic, *leaks]}
+                     | {f"control {p['control']} of {p['criterion_id'] or 'reference'}: {p['evidence']}"
+                        for p in controls}
+                     | {f"mutation control: {p['problem']}" for p in unkilled})
+    t = pack.task_id
+    return {
+        "coverage": [{"task_id": t, **p} for p in coverage],
+        "critic": [{"task_id": t, **p} for p in critic],
+        "leaks": [{"task_id": t, "problem": p["problem"]} for p in leaks],
+        "controls": [{"task_id": t, **p} for p in controls],
+        "mutations": mutants,
+        "verdicts": [{"task_id": t, "domain_id": pack.domain_id, "pool": pack.pool,
+                      "coverage_ok": not coverage, "critic_ok": not critic, "leaks_ok": not leaks,
+                      "controls_ok": not controls,
+                      "mutations_ok": not unkilled, "execution_ok": None, "validation_passed": None,
+                      "admitted": not reasons, "reasons": reasons}],
+    }
