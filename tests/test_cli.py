@@ -219,7 +219,8 @@ def grown(data) -> list[dict]:
     params = load_params(REPO / "params.yaml")
     rst = yaml.safe_load((REPO / "conf" / "synthesis" / "rst.yaml").read_text())
     config = SynthesisConfig.model_validate({**rst, "rounds": 1, "candidates": 6, "compare_with": None})
-    run_grow(params.paths.rebase(data=data), load_domains(data / "domains.parquet"), config, params.seed)
+    paths = params.paths.rebase(data=data, metrics=data.parent / "metrics")  # nothing lands in the repository
+    run_grow(paths, load_domains(data / "domains.parquet"), config, params.seed)
     lineage = pq.read_table(data / "grown" / "lineage.parquet").to_pylist()
     assert lineage, "no child validated: pick another seed or more candidates"
     return lineage
