@@ -115,6 +115,8 @@ class Pool:
                                        | {m.blueprint.fingerprint for m in self.members})
         self.skeletons: set[str] = {b.skeleton for b in taken if b.pool != "rft"}
         self._compiled: dict[str, Task] = {t.blueprint.task_id: t for t in seeds}
+        self._nearest: list[tuple[int | None, float]] = []
+        self._nearest_of = -1  # the pool size the kept nearest neighbours are of
 
     def task(self, member: Member) -> Task:
         """The member compiled (kept for the round it is drawn in)."""
@@ -127,7 +129,13 @@ class Pool:
         self._compiled.clear()
 
     def nearest(self) -> list[tuple[int | None, float]]:
-        return nearest_neighbours([m.signature for m in self.members])
+        """Each member's nearest neighbour and similarity. Members are only ever appended, so the
+        answer is kept until the pool grows (a round's report and the next round's novelty
+        weights read the same pool)."""
+        if self._nearest_of != len(self.members):
+            self._nearest = nearest_neighbours([m.signature for m in self.members])
+            self._nearest_of = len(self.members)
+        return self._nearest
 
 
 def parent_weights(pool: Pool, sampler: str, power: float) -> np.ndarray:
