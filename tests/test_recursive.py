@@ -41,6 +41,7 @@ from interlock.recursive.contract import (
 )
 from interlock.recursive.declaration import derive
 from interlock.recursive.operators import OPERATORS, NotApplicable, Rewrite
+from interlock.recursive.similarity import similarity, tail_share
 from interlock.recursive.stage import PLOT_COLUMNS, run_grow
 from interlock.recursive.validation import Task, compile_task, validate
 from interlock.review.controls import reference_calls, run_reference
@@ -768,11 +769,11 @@ def test_a_word_only_rule_shift_keeps_the_skeleton_and_joins_the_rft_pool(pool, 
 
     seeds = [pool.tasks[blueprint.task_id]]
     within = rounds.attempt(rounds.Pool(catalog, seeds, [blueprint]), OPERATORS["shift_rule"],
-                            [rounds.Member(blueprint, 0, None)], 1, 0, SEED)
+                            [rounds.Member.of(blueprint, 0, None)], 1, 0, SEED)
     assert within.reason == "" and within.checked.task.blueprint.skeleton == blueprint.skeleton
     dev = replace(blueprint, task_id=f"{domain.id}.dev.0000", pool="dev")
     across = rounds.attempt(rounds.Pool(catalog, seeds, [blueprint, dev]), OPERATORS["shift_rule"],
-                            [rounds.Member(blueprint, 0, None)], 1, 0, SEED)
+                            [rounds.Member.of(blueprint, 0, None)], 1, 0, SEED)
     assert across.checked.validated and across.reason == (
         "duplicate: the child is a near duplicate (the same up to words) of a dev or benchmark task")
 
@@ -1032,6 +1033,31 @@ def test_a_join_without_a_partner_is_not_applicable(seeds, catalog):
     outcome = rounds.attempt(pool, OPERATORS["join"], [pool.members[at["lonely"]]], 1, 0, 0)
     assert outcome.checked is None and outcome.kind == "not applicable"
     assert outcome.reason.startswith("not applicable: join takes 2 parent(s) of domain")
+
+
+def test_the_novelty_gate_refuses_children_close_to_the_pool_and_keeps_the_tail_from_growing(seeds, catalog):
+    """With the novelty sampler no validated child joins within the threshold of a pool task, so
+    the tail can only shrink: its share in the grown pool is at most the seeds'. The uniform
+    sampler has no gate, and refuses no child for its novelty."""
+    threshold = 0.9
+    config = replace(ROUNDS, rounds=3, candidates=24, sampler="novelty", similarity_threshold=threshold)
+    assert config.gate == threshold and replace(config, sampler="uniform").gate is None
+    pool = seeds.pool(catalog)
+    seed_tail = tail_share([s for _, s in pool.nearest()], threshold)
+    run = run_rounds(pool, config)
+    refused = [o for done in run.outcomes for o in done if o.kind == "novelty"]
+    assert refused, "no child was refused for its novelty: the test no longer tests the gate"
+    for outcome in refused:
+        closest = outcome.reason.split(" similar to ")[1].split(" ")[0]
+        index = [m.blueprint.task_id for m in run.pool.members].index(closest)
+        assert similarity(outcome.signature, run.pool.members[index].signature) >= threshold
+    members = run.pool.members
+    for k, member in enumerate(members):
+        if member.round:  # a child: below the threshold from every task before it
+            assert max(similarity(member.signature, m.signature) for m in members[:k]) < threshold
+    assert tail_share([s for _, s in run.pool.nearest()], threshold) <= seed_tail
+    uniform = run_rounds(seeds.pool(catalog), replace(config, sampler="uniform"))
+    assert not any(o.kind == "novelty" for done in uniform.outcomes for o in done)
 
 
 def test_rounds_config_rejects_unknown_samplers_and_operators():

@@ -18,6 +18,7 @@ import interlock
 from interlock.core.config import compose_params
 from interlock.core.types import TaskSize
 from interlock.recursive.similarity import (
+    SimilarityIndex,
     TaskSignature,
     jaccard,
     minhash,
@@ -214,6 +215,37 @@ def test_lsh_reports_a_task_without_candidates_as_having_no_neighbour():
     assert nearest_neighbours(lonely) == [(1, 0.0), (0, 0.0), (0, 0.0)]  # exact: ties to the lower index
     with pytest.raises(ValueError, match="bands"):
         nearest_neighbours(lonely, exact_below=0, bands=5)
+
+
+def test_the_index_finds_what_nearest_neighbours_find_above_a_similarity(signatures):
+    """Each perturbed copy queried against the ones before it: the index answers the closest at
+    or above the threshold, exactly as comparing every pair does, and nothing below it."""
+    rng = np.random.default_rng(1)
+
+    def perturbed(values, keep):
+        values = values.copy()
+        hit = rng.random(len(values)) > keep
+        values[hit] = rng.integers(0, 2**63, int(hit.sum()), dtype=np.uint64)
+        return values
+
+    pool = [TaskSignature(f"t{k}", perturbed(s.structural, keep), perturbed(s.textual, keep))
+            for k, keep in enumerate((1.0, 0.97, 0.9, 0.6)) for s in signatures]
+    index = SimilarityIndex()
+    found = 0
+    for i, signature in enumerate(pool):
+        answer = index.closest(signature, 0.9)
+        values = [similarity(signature, other) for other in pool[:i]]
+        best = max(values, default=0.0)
+        expected = (values.index(best), best) if best >= 0.9 else (None, 0.0)
+        assert answer == expected, i
+        found += answer[0] is not None
+        index.add(signature)
+    assert len(index) == len(pool) and found >= len(signatures)  # the near copies find their originals
+    assert index.closest(pool[0], 1.0) == (0, 1.0)  # ties (original, exact copy) to the lower index
+    with pytest.raises(ValueError, match="different seeds or sizes"):
+        index.add(TaskSignature("other", minhash(["a"], num_perm=32), minhash(["b"], num_perm=32)))
+    with pytest.raises(ValueError, match="bands"):
+        SimilarityIndex(bands=5).add(pool[0])
 
 
 def test_empty_and_singleton_pools(signatures):

@@ -5,15 +5,18 @@ next round draws from.
 Only ``rft`` tasks are parents and children stay ``rft`` (so demonstrations, and the warm start,
 are the same with and without RST); a join takes two parents of one domain; a child that
 duplicates any task of any pool (its content, or its content up to words) is refused like any
-other rejection. The pool keeps blueprints and similarity signatures only: a parent's graph and
-pack are recompiled when it is drawn, so memory grows with the number of tasks by a few
-kilobytes each, not by their compiled packs.
+other rejection, and so, with the novelty sampler, is one too similar to a task of the pool.
+The pool keeps blueprints and similarity signatures only: a parent's graph and pack are
+recompiled when it is drawn, so memory grows with the number of tasks by a few kilobytes each,
+not by their compiled packs.
 """
 
 from __future__ import annotations
 
+import pickle
 import random
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,21 +25,24 @@ import numpy as np
 
 from interlock.core.seeds import stable_seed
 from interlock.recursive.operators import OPERATORS, NotApplicable, Operator
-from interlock.recursive.similarity import TaskSignature, nearest_neighbours, task_signature
+from interlock.recursive.similarity import SimilarityIndex, TaskSignature, nearest_neighbours, task_signature
 from interlock.recursive.validation import Checked, Task, compile_task, validate
 from interlock.synthesis.blueprints import Blueprint
 from interlock.synthesis.catalog import Catalog
 
 SAMPLERS = ("uniform", "novelty")
 #: the first word of a rejection's reason; anything else is one of the reviews' or controls' reasons
-REJECTION_KINDS = ("not applicable", "compile", "conformance", "oracle", "duplicate")
+REJECTION_KINDS = ("not applicable", "compile", "conformance", "oracle", "duplicate", "novelty")
 
 
 @dataclass(frozen=True)
 class RoundsConfig:
-    """``rounds`` of ``candidates`` rewrites each; ``sampler``: how parents are drawn (``uniform``,
-    or ``novelty``: weighted by how far a task is from its nearest neighbour in the pool, so the
-    rounds do not keep rewriting the crowded part of it); ``operators``: the names drawn from."""
+    """``rounds`` of ``candidates`` rewrites each; ``operators``: the names drawn from;
+    ``sampler``: ``uniform`` (the published method) or ``novelty``. The novelty sampler draws
+    parents weighted by how far each is from its nearest neighbour in the pool, and refuses a
+    validated child whose nearest neighbour is at least ``similarity_threshold`` alike: weights
+    alone cannot keep the tail flat, since a child lands next to its parent whichever parent is
+    drawn (measured: docs/measurements.md#recursive-synthesis)."""
 
     rounds: int
     candidates: int
@@ -44,6 +50,12 @@ class RoundsConfig:
     operators: tuple[str, ...] = tuple(OPERATORS)
     novelty_power: float = 2.0
     seed: int = 0
+    similarity_threshold: float = 0.95
+
+    @property
+    def gate(self) -> float | None:
+        """The similarity at which a child is refused as too close to the pool (None: no gate)."""
+        return self.similarity_threshold if self.sampler == "novelty" else None
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -53,16 +65,36 @@ class RoundsConfig:
             raise ValueError(f"unknown operator(s) {', '.join(unknown)}; known: {', '.join(OPERATORS)}")
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Member:
-    """One task of the growing pool: its blueprint, where it came from and its signature."""
+    """One task of the growing pool: where it came from and its signature, with its blueprint and
+    contract kept compressed (about a kilobyte, where the blueprint's rows as Python objects take
+    ten), since the pool holds every task of every round."""
 
-    blueprint: Blueprint
+    task_id: str
+    domain_id: str
     round: int
     signature: TaskSignature
     parents: tuple[str, ...] = ()
     operator: str | None = None
-    contract: str | None = None
+    packed_blueprint: bytes = b""
+    packed_contract: bytes | None = None
+
+    @classmethod
+    def of(cls, blueprint: Blueprint, round: int, signature: TaskSignature, parents: tuple[str, ...] = (),
+           operator: str | None = None, contract: str | None = None) -> Member:
+        return cls(blueprint.task_id, blueprint.domain_id, round, signature, parents, operator,
+                   zlib.compress(pickle.dumps(blueprint, pickle.HIGHEST_PROTOCOL)),
+                   None if contract is None else zlib.compress(contract.encode()))
+
+    @property
+    def blueprint(self) -> Blueprint:
+        return pickle.loads(zlib.decompress(self.packed_blueprint))
+
+    @property
+    def contract(self) -> str | None:
+        """The transformation contract as JSON (None for a seed)."""
+        return None if self.packed_contract is None else zlib.decompress(self.packed_contract).decode()
 
 
 @dataclass
@@ -89,11 +121,13 @@ class Candidate:
     child: str
     checked: Checked | None  # None: the operator did not apply
     reason: str  # why it was refused ("" when validated)
+    signature: TaskSignature | None = None  # the child's, once it passed validation
 
     @property
     def kind(self) -> str:
         """The rejection's kind: the prefix of its first reason (``not applicable``, ``compile``,
-        ``conformance``, ``oracle``, ``duplicate``, or ``review`` for the reviews and controls)."""
+        ``conformance``, ``oracle``, ``duplicate``, ``novelty``, or ``review`` for the reviews and
+        controls)."""
         if not self.reason:
             return ""
         head = self.reason.split(":", 1)[0]
@@ -106,24 +140,32 @@ class Pool:
 
     def __init__(self, catalog: Catalog, seeds: Sequence[Task], taken: Iterable[Blueprint]) -> None:
         self.catalog = catalog
-        self.members: list[Member] = [Member(t.blueprint, 0, task_signature(t.graph, t.pack)) for t in seeds]
+        self.members = [Member.of(t.blueprint, 0, task_signature(t.graph, t.pack)) for t in seeds]
         taken = list(taken)
         #: every task's content (no child may repeat one) and every other pool's content up to words
         #: (no child may be a near duplicate of a dev or benchmark task; within rft, a rewrite that
         #: changes only words, such as a routing change, is a new task)
         self.fingerprints: set[str] = ({b.fingerprint for b in taken}
-                                       | {m.blueprint.fingerprint for m in self.members})
+                                       | {t.blueprint.fingerprint for t in seeds})
         self.skeletons: set[str] = {b.skeleton for b in taken if b.pool != "rft"}
         self._compiled: dict[str, Task] = {t.blueprint.task_id: t for t in seeds}
+        self.index = SimilarityIndex()
+        for member in self.members:
+            self.index.add(member.signature)
         self._nearest: list[tuple[int | None, float]] = []
         self._nearest_of = -1  # the pool size the kept nearest neighbours are of
 
     def task(self, member: Member) -> Task:
         """The member compiled (kept for the round it is drawn in)."""
-        task_id = member.blueprint.task_id
-        if task_id not in self._compiled:
-            self._compiled[task_id] = compile_task(member.blueprint, self.catalog[member.blueprint.domain_id])
-        return self._compiled[task_id]
+        if member.task_id not in self._compiled:
+            self._compiled[member.task_id] = compile_task(member.blueprint, self.catalog[member.domain_id])
+        return self._compiled[member.task_id]
+
+    def join(self, member: Member, fingerprint: str) -> None:
+        """Add a validated child: a member, its content's fingerprint and its indexed signature."""
+        self.members.append(member)
+        self.fingerprints.add(fingerprint)
+        self.index.add(member.signature)
 
     def forget_compiled(self) -> None:
         self._compiled.clear()
@@ -163,7 +205,7 @@ def plan_round(pool: Pool, config: RoundsConfig,
         parents = [first]
         if operator.arity == 2:
             same = [i for i, m in enumerate(pool.members)
-                    if m.blueprint.domain_id == first.blueprint.domain_id and m is not first]
+                    if m.domain_id == first.domain_id and m is not first]
             if same:
                 parents.append(pool.members[rng.choices(same, weights=[weights[i] for i in same])[0]])
         plan.append((index, operator, parents))
@@ -176,11 +218,12 @@ def child_id(parent: Blueprint, round_number: int, index: int) -> str:
 
 
 def attempt(pool: Pool, operator: Operator, parents: Sequence[Member], round_number: int, index: int,
-            seed: int) -> Candidate:
-    """One candidate: rewrite, validate, and refuse a duplicate."""
+            seed: int, gate: float | None = None) -> Candidate:
+    """One candidate: rewrite, validate, and refuse a duplicate, or, with a ``gate``, a child at
+    least that similar to a pool task."""
     first = parents[0].blueprint
     task_id = child_id(first, round_number, index)
-    names = tuple(p.blueprint.task_id for p in parents)
+    names = tuple(p.task_id for p in parents)
     domain = pool.catalog[first.domain_id]
     try:
         rewrite = operator.rewrite([p.blueprint for p in parents], domain, task_id,
@@ -193,7 +236,15 @@ def attempt(pool: Pool, operator: Operator, parents: Sequence[Member], round_num
         reason = "duplicate: the child's content is already a task's"
     if not reason and rewrite.child.skeleton in pool.skeletons:
         reason = "duplicate: the child is a near duplicate (the same up to words) of a dev or benchmark task"
-    return Candidate(round_number, index, operator.name, names, task_id, checked, reason)
+    if reason:
+        return Candidate(round_number, index, operator.name, names, task_id, checked, reason)
+    signature = task_signature(checked.task.graph, checked.task.pack)
+    if gate is not None:
+        closest, value = pool.index.closest(signature, gate)
+        if closest is not None:
+            reason = (f"novelty: the child is {value:.3f} similar to "
+                      f"{pool.members[closest].task_id} (the gate: {gate})")
+    return Candidate(round_number, index, operator.name, names, task_id, checked, reason, signature)
 
 
 Progress = Callable[[int], None]
@@ -208,17 +259,16 @@ def grow_rounds(pool: Pool, config: RoundsConfig, *, first: int = 1,
         report, outcomes = RoundReport(round_number), []
         start = time.perf_counter()
         for index, operator, parents in plan_round(pool, config, round_number):
-            outcome = attempt(pool, operator, parents, round_number, index, config.seed)
+            outcome = attempt(pool, operator, parents, round_number, index, config.seed, config.gate)
             outcomes.append(outcome)
             report.candidates += 1
             if outcome.reason:
                 report.rejections[operator.name, outcome.kind] += 1
             else:
                 task = outcome.checked.task
-                pool.fingerprints.add(task.blueprint.fingerprint)
-                signature = task_signature(task.graph, task.pack)
-                pool.members.append(Member(task.blueprint, round_number, signature, outcome.parents,
-                                           operator.name, outcome.checked.contract.to_json()))
+                pool.join(Member.of(task.blueprint, round_number, outcome.signature, outcome.parents,
+                                    operator.name, outcome.checked.contract.to_json()),
+                          task.blueprint.fingerprint)
                 report.validated += 1
                 report.validated_by_operator[operator.name] += 1
                 report.nodes.append(len(task.graph.nodes))

@@ -166,6 +166,57 @@ def nearest_neighbours(signatures: Sequence[TaskSignature], *, bands: int = 16,
     return _banded(structural, textual, bands, weights)
 
 
+class SimilarityIndex:
+    """Signatures added one at a time, each queried for its closest indexed task at or above a
+    similarity, by the same LSH banding as :func:`nearest_neighbours` (so a pair of near
+    duplicates is found almost surely, and a query costs its bucket mates, not the pool).
+
+    The rounds' novelty gate asks it, for every validated child, whether the pool already holds a
+    task that close."""
+
+    def __init__(self, *, bands: int = 16, structural_weight: float = 0.5,
+                 textual_weight: float = 0.5) -> None:
+        self.bands = bands
+        self.weights = (structural_weight, textual_weight)
+        self.signatures: list[TaskSignature] = []
+        self._buckets: list[dict[bytes, list[int]]] = [defaultdict(list) for _ in range(bands)]
+
+    def __len__(self) -> int:
+        return len(self.signatures)
+
+    def add(self, signature: TaskSignature) -> None:
+        if self.signatures:
+            _check_compatible([self.signatures[0], signature])
+        for buckets, key in zip(self._buckets, self._keys(signature), strict=True):
+            buckets[key].append(len(self.signatures))
+        self.signatures.append(signature)
+
+    def closest(self, signature: TaskSignature, at_least: float) -> tuple[int | None, float]:
+        """The indexed task most similar to ``signature`` (lowest index on ties) if that
+        similarity is at least ``at_least``; otherwise ``(None, 0.0)``."""
+        found = sorted({i for buckets, key in zip(self._buckets, self._keys(signature), strict=True)
+                        for i in buckets.get(key, ())})
+        best: tuple[int | None, float] = (None, 0.0)
+        for i in found:
+            value = similarity(signature, self.signatures[i], structural_weight=self.weights[0],
+                               textual_weight=self.weights[1])
+            if value >= at_least and value > best[1]:
+                best = (i, value)
+        return best
+
+    def _keys(self, signature: TaskSignature) -> list[bytes]:
+        rows = _band_rows(signature.num_perm, self.bands)
+        return [signature.structural[band * rows:(band + 1) * rows].tobytes()
+                + signature.textual[band * rows:(band + 1) * rows].tobytes() for band in range(self.bands)]
+
+
+def _band_rows(num_perm: int, bands: int) -> int:
+    """Rows per band: ``bands`` must divide the sketch length."""
+    if bands < 1 or num_perm % bands:
+        raise ValueError(f"bands must divide num_perm ({num_perm}), not {bands}")
+    return num_perm // bands
+
+
 def _exact(structural: np.ndarray, textual: np.ndarray, weights: tuple[float, float]) -> list:
     """All pairs compared; ties go to the lower index (argmax keeps the first maximum)."""
     n, num_perm = structural.shape
@@ -179,9 +230,7 @@ def _exact(structural: np.ndarray, textual: np.ndarray, weights: tuple[float, fl
 
 def _banded(structural: np.ndarray, textual: np.ndarray, bands: int, weights: tuple[float, float]) -> list:
     n, num_perm = structural.shape
-    if bands < 1 or num_perm % bands:
-        raise ValueError(f"bands must divide num_perm ({num_perm}), not {bands}")
-    rows = num_perm // bands
+    rows = _band_rows(num_perm, bands)
     pairs = []
     for band in range(bands):
         part = slice(band * rows, (band + 1) * rows)

@@ -144,7 +144,7 @@ def run_grow(paths: Paths, catalog: Catalog | None, config: SynthesisConfig, see
 
 def _rounds(config: SynthesisConfig, sampler: str, seed: int) -> RoundsConfig:
     return RoundsConfig(config.rounds, config.candidates, sampler, tuple(config.operators),
-                        config.novelty_power, seed)
+                        config.novelty_power, seed, config.similarity_threshold)
 
 
 def grow(params: Params, paths: Paths) -> StageReport:
