@@ -234,7 +234,7 @@ class SynthesisConfig(_Strict):
     compare_with: Literal["uniform", "novelty"] | None  # also grow with this sampler, for the report only
     operators: list[str] = Field(min_length=1)
     novelty_power: float = Field(gt=0)  # novelty weight = (1 - nearest-neighbour similarity) ** power
-    similarity_threshold: float = Field(gt=0, le=1)  # the tail, and the novelty gate
+    similarity_threshold: float = Field(gt=0, le=1)  # the tail: tasks whose nearest neighbour is above it
     match_rollouts: bool  # roll out as many rft tasks as the base pool has, drawn from the grown pool
 
     @model_validator(mode="after")
