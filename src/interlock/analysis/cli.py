@@ -6,6 +6,8 @@
     interlock [--data DIR] draw TASK_ID -o FILE.png
     interlock params [-S GROUP=OPTION ...]
     interlock collect [--group NAME] [-o DIR]
+    interlock [--data DIR] export tasks --format harbor -o DIR [--pool POOL] [--limit N]
+    interlock [--data DIR] export trajectories --format atif -o DIR
 
 Exit codes: 0 success, 1 bad or missing artifacts (one line on stderr), 2 usage errors and
 unknown task ids.
@@ -80,6 +82,20 @@ def _parser() -> argparse.ArgumentParser:
                    help="for ablations.tsv, comparisons.tsv and the ablations' pictures "
                         "(default: reports/<group or all>)")
     p.set_defaults(run=cmd_collect)
+
+    p = sub.add_parser("export", help="write tasks or trajectories in formats other tools read")
+    what = p.add_subparsers(dest="what", required=True, metavar="WHAT")
+    e = what.add_parser("tasks", parents=[data], help="admitted tasks in Harbor's task layout")
+    e.add_argument("--format", required=True, choices=("harbor",))
+    e.add_argument("--pool", choices=("rft", "dev", "benchmark"), default="benchmark",
+                   help="whose admitted tasks (default: benchmark, the held-out domains)")
+    e.add_argument("--limit", type=int, metavar="N", help="only the first N tasks")
+    e.add_argument("-o", "--output", type=Path, required=True, metavar="DIR")
+    e.set_defaults(run=cmd_export_tasks)
+    e = what.add_parser("trajectories", parents=[data], help="judged rollouts in ATIF, one file each")
+    e.add_argument("--format", required=True, choices=("atif",))
+    e.add_argument("-o", "--output", type=Path, required=True, metavar="DIR")
+    e.set_defaults(run=cmd_export_trajectories)
     return parser
 
 
@@ -268,6 +284,21 @@ def cmd_collect(args: argparse.Namespace, console: Console) -> None:
                      "would detect, 95% confidence, 80% power)", versus)
     console.print(f"wrote {escape(str(out))}/ablations.tsv, comparisons.tsv, breadth.png, judges.png, "
                   "interventions.png")
+
+
+def cmd_export_tasks(args: argparse.Namespace, console: Console) -> None:
+    from interlock.export.harbor import HARBOR_VERSION, export_tasks
+
+    written = export_tasks(_artifacts(args).paths, args.output, args.pool, args.limit)
+    console.print(f"wrote {len(written)} admitted {args.pool} tasks in Harbor {HARBOR_VERSION}'s layout "
+                  f"to {escape(str(args.output))}")
+
+
+def cmd_export_trajectories(args: argparse.Namespace, console: Console) -> None:
+    from interlock.export.atif import ATIF_VERSION, export_trajectories
+
+    written = export_trajectories(_artifacts(args).paths, args.output)
+    console.print(f"wrote {len(written)} judged rollouts as {ATIF_VERSION} to {escape(str(args.output))}")
 
 
 def _mde(value: object) -> str:
