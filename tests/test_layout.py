@@ -13,7 +13,7 @@ from helpers.repo import REPO
 
 #: top to bottom; a package may import only packages of lower layers (those of one layer are
 #: independent of each other)
-LAYERS = (("analysis",), ("intervention",), ("evaluation", "recursive", "training"), ("review",),
+LAYERS = (("analysis",), ("export", "intervention"), ("evaluation", "recursive", "training"), ("review",),
           ("judging",), ("rollout",), ("models",), ("synthesis",), ("core",))
 STAGES = sorted(p.stem for p in (REPO / "stages").glob("*.py"))
 

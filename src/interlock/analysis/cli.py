@@ -6,6 +6,7 @@
     interlock [--data DIR] draw TASK_ID -o FILE.png
     interlock params [-S GROUP=OPTION ...]
     interlock collect [--group NAME] [-o DIR]
+    interlock [--data DIR] export dataset -o DIR
 
 Exit codes: 0 success, 1 bad or missing artifacts (one line on stderr), 2 usage errors and
 unknown task ids.
@@ -24,7 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from interlock.analysis.artifacts import Artifacts, UnknownTask, repository_paths
+from interlock.analysis.artifacts import Artifacts, UnknownTask, find_repository, repository_paths
 from interlock.core.errors import InterlockError
 from interlock.core.types import POOLS
 from interlock.recursive.contract import TransformationContract, changed_nodes
@@ -80,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="for ablations.tsv, comparisons.tsv and the ablations' pictures "
                         "(default: reports/<group or all>)")
     p.set_defaults(run=cmd_collect)
+
+    p = sub.add_parser("export", parents=[data], help="write what the run made in a format other tools read")
+    p.add_argument("what", choices=("dataset",),
+                   help="dataset: the training set as a Hugging Face dataset (Parquet and a card)")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="DIR")
+    p.set_defaults(run=cmd_export)
     return parser
 
 
@@ -268,6 +275,18 @@ def cmd_collect(args: argparse.Namespace, console: Console) -> None:
                      "would detect, 95% confidence, 80% power)", versus)
     console.print(f"wrote {escape(str(out))}/ablations.tsv, comparisons.tsv, breadth.png, judges.png, "
                   "interventions.png")
+
+
+def cmd_export(args: argparse.Namespace, console: Console) -> None:
+    from interlock.export.dataset import export_training_set  # pandas only when exporting
+
+    result = export_training_set(_artifacts(args).paths, args.output, repo=find_repository())
+    contents, provenance = result.contents, result.provenance
+    console.print(f"wrote {escape(str(result.out))}: {contents.rows} examples ({contents.sources}) from "
+                  f"{contents.domains} domains; {len(contents.left_out)} left out (see its README.md)")
+    if not provenance.matches_lock:
+        console.print(f"[yellow]the training set read ({provenance.read_md5}) is not the one dvc.lock "
+                      f"records ({provenance.locked_md5}); the card says so[/]")
 
 
 def _mde(value: object) -> str:

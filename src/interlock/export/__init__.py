@@ -1,0 +1,1 @@
+"""Exports: what the pipeline made, written in formats other tools read without this package."""
