@@ -1,6 +1,7 @@
 """Training throughput benchmark: the project's fine-tuning (padding-free packed rows under a token
 budget, loss computed only at assistant-token positions) against a plain padded
-``transformers.Trainer``, same model, same examples, same learning rate, side by side in one run.
+``transformers.Trainer`` and, with TRL installed, TRL's ``SFTTrainer`` with assistant-only loss,
+unpacked and packed; same model, same examples, same learning rate, side by side in one run.
 
 Both sides train one epoch on the same examples: trajectories encoded once with
 :func:`interlock.training.examples.encode_trajectories`, so they see identical token ids and the
@@ -12,8 +13,19 @@ The project side is :func:`interlock.training.trainer.fine_tune` itself with its
 (``batch_tokens`` of ``conf/train/full.yaml``). Not a test: it prints a table and checks the
 target of the training issue (the project at least 1.3x the baseline's tokens per second).
 
+The TRL sides train on the same trajectories as rows of the training-set export
+(:func:`interlock.export.dataset.dataset_row`: conversational ``messages`` and ``tools``, cut
+after the last assistant turn as the project's examples are), tokenized by TRL with the
+checkpoint's chat template and ``assistant_only_loss=True``: unpacked (batches of
+``--batch-size``, padded to the longest) and packed (``packing=True``, best-fit decreasing,
+padding-free rows of ``max_length`` = each ``--batch-tokens``, one row a step, as the project).
+Before any side is timed, the project and both TRL sides each take one optimizer step on the same
+two examples from the same weights, and their losses must agree within :data:`LOSS_TOLERANCE`:
+same tokens, same targets, same normalisation (a step's summed target-token loss over its target
+count), so the sides are compared on the same objective.
+
     .venv/bin/python benchmarks/training_throughput.py [--trajectories PATH]
-        [--checkpoint data/models/base] [--examples 8] [--batch-size 4]
+        [--checkpoint data/models/base | --tiny] [--examples 8] [--batch-size 4]
         [--batch-tokens 2048 [4096 ...]] [--rounds 1] [--json PATH]
 
 Tokens per second counts *real example tokens* (padding excluded) over the wall seconds of the
@@ -52,6 +64,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATIO = 1.3
+#: how far the sides' first-step losses may differ (relative): fp32 sums of the same ~10^3 token
+#: losses through other kernels (a padded batch under an attention mask, a packed row under a
+#: block-diagonal one, one row alone) differ by ~1e-6, and the project logs its loss to 6 decimals;
+#: a loss mask one token off (token losses spread over nats), or another normaliser, moves it ~1e-3
+LOSS_TOLERANCE = 1e-4
 
 
 @dataclass
@@ -152,22 +169,37 @@ def choose_trajectories(data: Path | None, minimum: int, workdir: Path) -> tuple
     return out, f"oracle demonstrations of the admitted demo pool of {paths.data}, written to {out}"
 
 
-def load_examples(trajectories: Path, checkpoint: Path, count: int, seed: int, max_length: int) -> list:
-    """``count`` examples drawn (seeded) from the table, encoded with the checkpoint's tokenizer."""
+def load_examples(trajectories: Path, checkpoint: Path, count: int, seed: int,
+                  max_length: int) -> tuple[list, list[dict]]:
+    """``count`` examples drawn (seeded) from the table, encoded with the checkpoint's tokenizer,
+    and each one's conversation as TRL takes it (:func:`conversation`)."""
     from transformers import AutoTokenizer
 
     from interlock.training.examples import encode_trajectories, read_trajectories
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    encoded = encode_trajectories(read_trajectories(trajectories), tokenizer, max_length=max_length)
+    trajectories_by_id = {t.rollout_id: t for t in read_trajectories(trajectories)}
+    encoded = encode_trajectories(trajectories_by_id.values(), tokenizer, max_length=max_length)
     if len(encoded.examples) < count:
         raise SystemExit(f"{trajectories}: {len(encoded.examples)} usable examples, fewer than {count} "
                          f"({len(encoded.too_long)} too long, {len(encoded.nothing_to_learn)} without an "
                          "assistant token)")
-    return random.Random(seed).sample(encoded.examples, count)
+    examples = random.Random(seed).sample(encoded.examples, count)
+    return examples, [conversation(trajectories_by_id[e.example_id]) for e in examples]
 
 
-# ----------------------------------------------------------------------------- the two sides
+def conversation(trajectory) -> dict:
+    """A trajectory as a row of the training-set export, cut after its last assistant turn (what
+    the project's example of it holds: trailing tool results teach nothing)."""
+    from interlock.export.dataset import dataset_row
+    from interlock.training.examples import TrainingItem
+
+    row = dataset_row(TrainingItem(trajectory))
+    last = max(i for i, m in enumerate(row["messages"]) if m["role"] == "assistant")
+    return {"messages": row["messages"][:last + 1], "tools": row["tools"]}
+
+
+# ----------------------------------------------------------------------------- the sides
 
 def warm_up(checkpoint: Path, examples: list, tokens: int = 256) -> None:
     """One untimed forward and backward pass on a short slice (one-off kernel and thread-pool costs)."""
@@ -181,12 +213,51 @@ def warm_up(checkpoint: Path, examples: list, tokens: int = 256) -> None:
     model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
 
 
-def run_baseline(side: Side, checkpoint: Path, examples: list, *, batch_size: int, learning_rate: float,
-                 warmup_steps: int, weight_decay: float, max_grad_norm: float, seed: int,
-                 workdir: Path) -> None:
+def trainer_arguments(workdir: Path, *, batch_size: int, learning_rate: float, warmup_steps: int,
+                      weight_decay: float, max_grad_norm: float, seed: int) -> dict:
+    """What the ``Trainer`` sides share: the project's recipe, fp32, no checkpoints, no logging."""
+    import torch
+
+    return {"output_dir": str(workdir), "per_device_train_batch_size": batch_size, "num_train_epochs": 1,
+            "learning_rate": learning_rate, "lr_scheduler_type": "linear", "warmup_steps": warmup_steps,
+            "weight_decay": weight_decay, "max_grad_norm": max_grad_norm, "seed": seed, "data_seed": seed,
+            "gradient_checkpointing": False, "bf16": False, "fp16": False, "save_strategy": "no",
+            "eval_strategy": "no", "logging_strategy": "no", "report_to": "none", "disable_tqdm": True,
+            "dataloader_num_workers": 0, "dataloader_pin_memory": torch.cuda.is_available()}
+
+
+def clock():
+    """A ``Trainer`` callback timing the training loop (``seconds``), setup excluded."""
+    from transformers import TrainerCallback
+
+    class Clock(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.started = time.perf_counter()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.seconds = time.perf_counter() - self.started
+
+    return Clock()
+
+
+def add_round(side: Side, seconds: float, steps: int, batches: list[tuple[int, int, int]],
+              peak_mib: float) -> None:
+    """Add a round to a side: its seconds, steps, peak memory and, per batch, (real tokens, computed
+    positions, logit rows)."""
+    side.seconds += seconds
+    side.round_seconds.append(seconds)
+    side.tokens += sum(real for real, _, _ in batches)
+    side.computed_tokens += sum(computed for _, computed, _ in batches)
+    side.logit_positions += sum(logits for _, _, logits in batches)
+    side.steps += steps
+    side.peak_rss_mib = max(side.peak_rss_mib, peak_mib)
+
+
+def run_baseline(side: Side, checkpoint: Path, examples: list, *, batch_size: int, workdir: Path,
+                 **common) -> None:
     """The plain padded ``Trainer`` recipe, one epoch."""
     import torch
-    from transformers import AutoModelForCausalLM, Trainer, TrainerCallback, TrainingArguments
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
     model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
     model.config.use_cache = False
@@ -194,7 +265,7 @@ def run_baseline(side: Side, checkpoint: Path, examples: list, *, batch_size: in
     rows = [{"input_ids": list(e.input_ids),
              "labels": [t if m else -100 for t, m in zip(e.input_ids, e.loss_mask, strict=True)]}
             for e in examples]
-    batches: list[tuple[int, int]] = []  # (real tokens, padded tokens) of every batch made
+    batches: list[tuple[int, int, int]] = []  # (real tokens, padded tokens, logit rows) of every batch
 
     def collate(features: list[dict]) -> dict:
         width = max(len(f["input_ids"]) for f in features)
@@ -206,64 +277,96 @@ def run_baseline(side: Side, checkpoint: Path, examples: list, *, batch_size: in
             ids[i, :n] = torch.tensor(f["input_ids"])
             labels[i, :n] = torch.tensor(f["labels"])
             mask[i, :n] = 1
-        batches.append((int(mask.sum()), ids.numel()))
+        batches.append((int(mask.sum()), ids.numel(), ids.numel()))  # the model's loss: full logits
         return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
-    class Clock(TrainerCallback):
-        def on_train_begin(self, args, state, control, **kwargs):
-            self.started = time.perf_counter()
-
-        def on_train_end(self, args, state, control, **kwargs):
-            self.seconds = time.perf_counter() - self.started
-
-    clock = Clock()
-    arguments = TrainingArguments(
-        output_dir=str(workdir / "trainer"), per_device_train_batch_size=batch_size, num_train_epochs=1,
-        learning_rate=learning_rate, lr_scheduler_type="linear", warmup_steps=warmup_steps,
-        weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed, data_seed=seed,
-        gradient_checkpointing=False, bf16=False, fp16=False, remove_unused_columns=False,
-        save_strategy="no", eval_strategy="no", logging_strategy="no", report_to="none",
-        disable_tqdm=True, dataloader_num_workers=0, dataloader_pin_memory=torch.cuda.is_available())
+    timer = clock()
+    arguments = TrainingArguments(**trainer_arguments(workdir / "trainer", batch_size=batch_size, **common),
+                                  remove_unused_columns=False)
     trainer = Trainer(model=model, args=arguments, train_dataset=rows, data_collator=collate,
-                      callbacks=[clock])
+                      callbacks=[timer])
     with PeakRss() as rss:
         output = trainer.train()
-    side.seconds += clock.seconds
-    side.round_seconds.append(clock.seconds)
-    side.tokens += sum(real for real, _ in batches)
-    side.computed_tokens += sum(padded for _, padded in batches)
-    side.logit_positions += sum(padded for _, padded in batches)
-    side.steps += output.global_step
-    side.peak_rss_mib = max(side.peak_rss_mib, rss.mib)
+    add_round(side, timer.seconds, output.global_step, batches, rss.mib)
     del trainer, model
 
 
-def run_project(side: Side, checkpoint: Path, examples: list, *, batch_tokens: int,
-                gradient_accumulation: int, learning_rate: float, warmup_steps: int, weight_decay: float,
-                max_grad_norm: float, seed: int, workdir: Path, max_context: int) -> None:
-    """:func:`interlock.training.trainer.fine_tune` with the given token budget, one epoch."""
+def sft_trainer(checkpoint: Path, conversations: list[dict], workdir: Path, *, packed_tokens: int | None,
+                batch_size: int, max_steps: int = -1, **common):
+    """TRL's ``SFTTrainer`` with assistant-only loss on the conversations: unpacked (padded batches
+    of ``batch_size``) where ``packed_tokens`` is None, else packed (best-fit decreasing, padding-
+    free rows of ``packed_tokens``, one a step); ``max_steps`` > 0 logs each step's loss."""
+    import torch
+    from datasets import Dataset, Features, Json, List
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    data = Dataset.from_list(conversations,
+                             features=Features({"messages": List(Json()), "tools": List(Json())}))
+    arguments = trainer_arguments(workdir, batch_size=1 if packed_tokens else batch_size, **common)
+    arguments.update(assistant_only_loss=True, max_steps=max_steps, packing=bool(packed_tokens),
+                     max_length=packed_tokens)
+    if packed_tokens:
+        arguments.update(packing_strategy="bfd", shuffle_dataset=False)
+    if max_steps > 0:
+        arguments.update(logging_strategy="steps", logging_steps=1)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    model.config.use_cache = False
+    return SFTTrainer(model=model, args=SFTConfig(**arguments), train_dataset=data,
+                      processing_class=AutoTokenizer.from_pretrained(checkpoint))
+
+
+def run_trl(side: Side, checkpoint: Path, conversations: list[dict], *, packed_tokens: int | None,
+            batch_size: int, workdir: Path, **common) -> None:
+    """TRL's ``SFTTrainer`` (:func:`sft_trainer`), one epoch."""
+    trainer = sft_trainer(checkpoint, conversations, workdir / "trl", packed_tokens=packed_tokens,
+                          batch_size=batch_size, **common)
+    batches: list[tuple[int, int, int]] = []
+    collate = trainer.data_collator
+
+    def counting(features: list[dict]) -> dict:
+        batch = collate(features)
+        ids, labels = batch["input_ids"], batch["labels"]
+        real = int(batch["attention_mask"].sum()) if "attention_mask" in batch else ids.numel()
+        # TRL's fused LM head projects only the positions whose next token is a target
+        batches.append((real, ids.numel(), int((labels[:, 1:] != -100).sum())))
+        return batch
+
+    trainer.data_collator = counting
+    timer = clock()
+    trainer.add_callback(timer)
+    with PeakRss() as rss:
+        output = trainer.train()
+    add_round(side, timer.seconds, output.global_step, batches, rss.mib)
+    del trainer
+
+
+def fine_tune_examples(checkpoint: Path, examples: list, out: Path, *, batch_tokens: int,
+                       gradient_accumulation: int, max_context: int, **common):
+    """:func:`interlock.training.trainer.fine_tune` on ``examples``, one epoch under the given token
+    budget; its result and the rows (example indices) it trained on."""
     from interlock.core.config import Recipe
     from interlock.training.examples import ExampleSet
     from interlock.training.trainer import fine_tune, step_plan
 
-    data = ExampleSet(list(examples), [], [])
-    recipe = Recipe(epochs=1, learning_rate=learning_rate, batch_tokens=batch_tokens,
-                    gradient_accumulation=gradient_accumulation, warmup_steps=warmup_steps,
-                    weight_decay=weight_decay, max_grad_norm=max_grad_norm, seed=seed)
-    lengths = [len(e) for e in examples]
-    rows = [row for step in step_plan(lengths, recipe, 0) for row in step]
+    recipe = Recipe(epochs=1, batch_tokens=batch_tokens, gradient_accumulation=gradient_accumulation,
+                    **common)
+    rows = [row for step in step_plan([len(e) for e in examples], recipe, 0) for row in step]
+    result = fine_tune(checkpoint, ExampleSet(list(examples), [], []), recipe, out, name="benchmark",
+                       max_context=max_context)
+    return result, rows
+
+
+def run_project(side: Side, checkpoint: Path, examples: list, *, batch_tokens: int, workdir: Path,
+                **options) -> None:
+    """The project's loop with the given token budget, one epoch."""
     with PeakRss() as rss:
-        result = fine_tune(checkpoint, data, recipe, workdir / f"project-{batch_tokens}", name="benchmark",
-                           max_context=max_context)
-    record = result.record
-    side.seconds += result.seconds
-    side.round_seconds.append(result.seconds)
-    side.tokens += sum(record["step_tokens"])
-    side.computed_tokens += sum(record["step_tokens"])
-    side.logit_positions += record["trained_tokens"]  # one logit row per target token
-    side.steps += record["steps"]
-    side.peak_rss_mib = max(side.peak_rss_mib, rss.mib)
-    side.rows = [[lengths[i] for i in row] for row in rows]
+        result, rows = fine_tune_examples(checkpoint, examples, workdir / f"project-{batch_tokens}",
+                                          batch_tokens=batch_tokens, **options)
+    trained = result.record
+    tokens = sum(trained["step_tokens"])  # no padding; one logit row per target token
+    add_round(side, result.seconds, trained["steps"], [(tokens, tokens, trained["trained_tokens"])], rss.mib)
+    side.rows = [[len(examples[i]) for i in row] for row in rows]
 
 
 def baseline_memory(checkpoint: Path, positions: int) -> float:
@@ -288,50 +391,97 @@ def available_memory() -> float:
 
 # ----------------------------------------------------------------------------- the comparison
 
-def compare(checkpoint: Path, examples: list, *, batch_size: int = 4, batch_tokens: tuple[int, ...] = (2048,),
-            gradient_accumulation: int = 1, learning_rate: float = 5e-5, warmup_steps: int = 0,
-            weight_decay: float = 0.0, max_grad_norm: float = 1.0, seed: int = 0, rounds: int = 1,
-            max_context: int = 8192, workdir: Path | None = None, log=print) -> dict:
-    """Train the baseline and the project (one side per token budget) on ``examples``, one epoch
-    each, ``rounds`` times (alternating the order); tokens per second of each and the ratios."""
+def first_step_losses(checkpoint: Path, examples: list, conversations: list[dict], workdir: Path, *,
+                      max_context: int, **common) -> dict[str, float]:
+    """The loss of one optimizer step of the project, TRL unpacked and TRL packed, each on the same
+    two examples (the two shortest) from the same weights; refused unless they agree."""
+    pair = sorted(range(len(examples)), key=lambda i: len(examples[i]))[:2]
+    chosen, talks = [examples[i] for i in pair], [conversations[i] for i in pair]
+    tokens = sum(len(e) for e in chosen)
+    project, _ = fine_tune_examples(checkpoint, chosen, workdir / "project", batch_tokens=tokens,
+                                    gradient_accumulation=1, max_context=max_context, **common)
+    losses = {"fine_tune": project.record["losses"][0]}
+    for name, packed in (("TRL, padded", None), ("TRL, packed", tokens)):
+        trainer = sft_trainer(checkpoint, talks, workdir / name.replace(", ", "-"), packed_tokens=packed,
+                              batch_size=len(talks), max_steps=1, **common)
+        trainer.train()
+        losses[name] = next(entry["loss"] for entry in trainer.state.log_history if "loss" in entry)
+    spread = (max(losses.values()) - min(losses.values())) / abs(losses["fine_tune"])
+    if spread > LOSS_TOLERANCE:
+        raise RuntimeError(f"the sides' first-step losses differ by {spread:.2e} (relative), more than "
+                           f"{LOSS_TOLERANCE:g}: {losses}; they do not train on the same objective")
+    return losses
+
+
+def compare(checkpoint: Path, examples: list, *, conversations: list[dict] | None = None,
+            batch_size: int = 4, batch_tokens: tuple[int, ...] = (2048,), gradient_accumulation: int = 1,
+            learning_rate: float = 5e-5, warmup_steps: int = 0, weight_decay: float = 0.0,
+            max_grad_norm: float = 1.0, seed: int = 0, rounds: int = 1, max_context: int = 8192,
+            workdir: Path | None = None, log=print) -> dict:
+    """Train the baseline, the project (one side per token budget) and, given the examples'
+    ``conversations`` and TRL installed, TRL's SFTTrainer (unpacked, and packed at each budget) on
+    ``examples``, one epoch each, ``rounds`` times (alternating the order); tokens per second of
+    each and the ratios."""
+    import importlib.util
+
     import torch
 
     common = {"learning_rate": learning_rate, "warmup_steps": warmup_steps, "weight_decay": weight_decay,
               "max_grad_norm": max_grad_norm, "seed": seed}
+    with_trl = conversations is not None and importlib.util.find_spec("trl") is not None
     with tempfile.TemporaryDirectory(prefix="interlock-train-bench-") as tmp:
         work = Path(workdir or tmp)
         warm_up(checkpoint, examples)
+        losses = (first_step_losses(checkpoint, examples, conversations, work / "first-step",
+                                    max_context=max_context, **common) if with_trl else {})
+        if losses:
+            log("first-step loss on the same two examples: "
+                + ", ".join(f"{name} {loss:.6f}" for name, loss in losses.items()))
         baseline = Side(f"Trainer, padded, batch {batch_size}")
         projects = [Side(f"fine_tune, packed, {budget} tokens") for budget in batch_tokens]
+        # TRL's rows hold at least the longest example (best-fit decreasing truncates what overflows)
+        packed = [max(budget, *(len(e) for e in examples)) for budget in batch_tokens]
+        trls = [Side(f"TRL SFTTrainer, padded, batch {batch_size}"),
+                *(Side(f"TRL SFTTrainer, packed, {budget} tokens") for budget in packed)]
+        trls = trls if with_trl else []
         runs = [(baseline, lambda s: run_baseline(s, checkpoint, examples, batch_size=batch_size,
                                                   workdir=work, **common))]
         for side, budget in zip(projects, batch_tokens, strict=True):
             runs.append((side, lambda s, b=budget: run_project(
                 s, checkpoint, examples, batch_tokens=b, gradient_accumulation=gradient_accumulation,
                 workdir=work, max_context=max_context, **common)))
+        for side, budget in zip(trls, (None, *packed), strict=False):
+            runs.append((side, lambda s, b=budget: run_trl(s, checkpoint, conversations, packed_tokens=b,
+                                                           batch_size=batch_size, workdir=work, **common)))
         for index in range(rounds):
             for side, run in (runs if index % 2 == 0 else runs[::-1]):
                 run(side)
                 log(f"round {index + 1}/{rounds}: {side.name}: {side.round_seconds[-1]:.1f} s, "
                     f"{side.steps} steps so far")
-    for side in projects:
+    for side in [*projects, *trls]:
         if side.tokens != baseline.tokens:
             raise RuntimeError(f"{side.name} saw {side.tokens} real tokens, the baseline {baseline.tokens}")
+
+    def report(side: Side, **extra) -> dict:
+        rate = baseline.tokens_per_second
+        return {"name": side.name, **extra, **side.report(),
+                "ratio": side.tokens_per_second / rate if rate else 0.0}
+
     return {"examples": len(examples), "rounds": rounds, "threads": torch.get_num_threads(),
-            "baseline": {"name": baseline.name, **baseline.report()},
-            "project": [{"name": s.name, "batch_tokens": b, "rows": s.rows, **s.report(),
-                         "ratio": s.tokens_per_second / baseline.tokens_per_second
-                         if baseline.tokens_per_second else 0.0}
-                        for s, b in zip(projects, batch_tokens, strict=True)]}
+            "first_step_losses": losses, "baseline": {"name": baseline.name, **baseline.report()},
+            "project": [report(s, batch_tokens=b, rows=s.rows)
+                        for s, b in zip(projects, batch_tokens, strict=True)],
+            "trl": [report(s, packed_tokens=b, batch_tokens=t)
+                    for s, b, t in zip(trls, (None, *packed), (None, *batch_tokens), strict=False)]}
 
 
 def print_table(result: dict) -> None:
-    sides = [result["baseline"], *result["project"]]
-    print(f"\n{'':34} {'seconds':>8} {'steps':>6} {'real tokens':>12} {'computed':>9} {'padding':>8} "
+    sides = [result["baseline"], *result["project"], *result["trl"]]
+    print(f"\n{'':38} {'seconds':>8} {'steps':>6} {'real tokens':>12} {'computed':>9} {'padding':>8} "
           f"{'logit rows':>11} {'tokens/s':>9} {'peak RSS MiB':>13} {'ratio':>6}")
     for side in sides:
         ratio = side.get("ratio", 1.0)
-        print(f"{side['name']:34} {side['seconds']:8.1f} {side['steps']:6d} {side['tokens']:12,d} "
+        print(f"{side['name']:38} {side['seconds']:8.1f} {side['steps']:6d} {side['tokens']:12,d} "
               f"{side['computed_tokens']:9,d} {side['padding_fraction']:8.1%} {side['logit_positions']:11,d} "
               f"{side['tokens_per_second']:9.1f} {side['peak_rss_mib']:13.0f} {ratio:5.2f}x")
     if result["rounds"] > 1:
@@ -343,7 +493,6 @@ def print_table(result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from interlock.analysis.artifacts import repository_paths
     from interlock.core.config import Params, compose_params
 
     train = Params.model_validate(compose_params(ROOT / "conf")).train
@@ -353,29 +502,53 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trajectories", type=Path,
                         help="a TRAJECTORIES table (default: see the module doc)")
     parser.add_argument("--checkpoint", type=Path, default=None,
-                        help="the model both sides train (default: the run's base checkpoint)")
+                        help="the model every side trains (default: the run's base checkpoint)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="train the tiny random test backbone instead, built in seconds from the run's "
+                             "admitted demo tasks: a smoke-size run, for a machine that is busy")
     parser.add_argument("--examples", type=int, default=8, help="examples each side trains on (one epoch)")
-    parser.add_argument("--batch-size", type=int, default=4, help="the baseline's examples per step")
+    parser.add_argument("--batch-size", type=int, default=4,
+                        help="the padded sides' examples per step (the baseline, TRL unpacked)")
     parser.add_argument("--batch-tokens", type=int, nargs="+", default=[train.batch_tokens],
-                        help="the project's token budget per packed row; several values run several "
-                             "project sides (default: the train config's)")
+                        help="the token budget per packed row (the project, TRL packed); several values run "
+                             "several sides of each (default: the train config's)")
     parser.add_argument("--learning-rate", type=float, default=train.rft.learning_rate)
-    parser.add_argument("--rounds", type=int, default=1, help="repeat both sides, alternating the order")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the sides, alternating the order")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
-    args.checkpoint = args.checkpoint or repository_paths(ROOT, data=args.data).base_model
+    with tempfile.TemporaryDirectory(prefix="interlock-train-bench-") as tmp:
+        return run(args, train, Path(tmp))
 
+
+def tiny_checkpoint(data: Path | None, workdir: Path) -> Path:
+    """The tiny test backbone (:mod:`interlock.models.tiny`), its tokenizer trained on the text of
+    the run's admitted demo tasks."""
+    from interlock.analysis.artifacts import repository_paths
+    from interlock.models.tiny import build_tiny, pack_texts
+    from interlock.synthesis.tasks import admitted_tasks, load_domains
+
+    paths = repository_paths(ROOT, data=data)
+    packs = [context.pack for context in admitted_tasks(paths, load_domains(paths.domains), "demo")]
+    return build_tiny(workdir / "tiny", pack_texts(packs), seed=7, max_context=32768)
+
+
+def run(args: argparse.Namespace, train, tmp: Path) -> int:
+    """The benchmark the command line asks for; 0 if the project meets the speed-up target."""
     import torch
     from transformers import AutoConfig
 
+    from interlock.analysis.artifacts import repository_paths
+
+    if args.tiny:
+        args.checkpoint = tiny_checkpoint(args.data, tmp)
+    args.checkpoint = args.checkpoint or repository_paths(ROOT, data=args.data).base_model
     max_context = AutoConfig.from_pretrained(args.checkpoint).max_position_embeddings
-    with tempfile.TemporaryDirectory(prefix="interlock-train-bench-") as tmp:
-        if args.trajectories:
-            source, described = args.trajectories, f"{args.trajectories} (given)"
-        else:
-            source, described = choose_trajectories(args.data, args.examples, Path(tmp))
-        examples = load_examples(source, args.checkpoint, args.examples, args.seed, max_context)
+    if args.trajectories:
+        source, described = args.trajectories, f"{args.trajectories} (given)"
+    else:
+        source, described = choose_trajectories(args.data, args.examples, tmp)
+    examples, conversations = load_examples(source, args.checkpoint, args.examples, args.seed, max_context)
     lengths = sorted(len(e) for e in examples)
     print(f"examples: {described}; {len(examples)} drawn, {sum(lengths):,} tokens "
           f"({sum(e.trained_tokens for e in examples):,} carry loss), lengths {lengths[0]}-{lengths[-1]}\n"
@@ -387,7 +560,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: the baseline's batch may need about {need / 2**30:.0f} GiB (full logits and the "
               f"activations of {args.batch_size} x {lengths[-1]} positions); {have / 2**30:.0f} GiB is "
               "available: lower --batch-size if it is killed", flush=True)
-    result = compare(args.checkpoint, examples, batch_size=args.batch_size, batch_tokens=args.batch_tokens,
+    result = compare(args.checkpoint, examples, conversations=conversations, batch_size=args.batch_size,
+                     batch_tokens=args.batch_tokens,
                      gradient_accumulation=train.gradient_accumulation, learning_rate=args.learning_rate,
                      warmup_steps=train.warmup_steps, weight_decay=train.weight_decay,
                      max_grad_norm=train.max_grad_norm, seed=args.seed, rounds=args.rounds,
@@ -399,6 +573,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{result['baseline']['padding_fraction']:.1%} of the tokens it computed")
     for side in result["project"]:
         print(f"{side['name']}: {side['ratio']:.2f}x the baseline's tokens/s")
+    if not result["trl"]:
+        print("TRL is not installed: no TRL sides (pip install -c constraints.txt -e '.[dev]')")
+    for side in result["trl"]:
+        match = next((p for p in result["project"] if p["batch_tokens"] == side["batch_tokens"]), headline)
+        print(f"{match['name']}: {match['tokens_per_second'] / side['tokens_per_second']:.2f}x the tokens/s "
+              f"of {side['name']}")
     ok = headline["ratio"] >= TARGET_RATIO
     print(f"speed-up at batch_tokens {headline['batch_tokens']} (project tokens/s / baseline tokens/s): "
           f"{headline['ratio']:.2f}x (target >= {TARGET_RATIO}x): {'ok' if ok else 'BELOW TARGET'}")

@@ -126,6 +126,7 @@ def test_training_throughput_trains_both_sides_on_the_same_tokens(smoke_repo, tm
     (project,) = result["project"]
     assert result["baseline"]["tokens"] == project["tokens"] > 0
     assert project["padding_fraction"] == 0 and result["baseline"]["steps"] == 2
+    assert [side["tokens"] for side in result["trl"]] == [project["tokens"]] * 2  # TRL unpacked, packed
 
 
 def test_llamacpp_backend_runs_both_backends_on_the_same_episodes(smoke_repo, tmp_path) -> None:

@@ -1,9 +1,10 @@
-"""The training throughput benchmark's core on the tiny test backbone: both sides train on the same
-real tokens and the comparison reports both rates and their ratio (no speed target here)."""
+"""The training throughput benchmark's core on the tiny test backbone: every side (the padded
+Trainer, the project, TRL's SFTTrainer unpacked and packed) trains on the same real tokens, the
+project and TRL agree on the first step's loss, and the comparison reports every rate and ratio (no
+speed target here)."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -29,33 +30,40 @@ def bench():
 
 
 @pytest.fixture(scope="module")
-def examples(tasks, tiny_checkpoint, tmp_path_factory) -> list:
+def examples(tasks, tiny_checkpoint, tmp_path_factory, bench) -> tuple[list, list[dict]]:
+    """Three oracle demonstrations as the project encodes them, and as TRL takes them."""
     contexts = [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in tasks]
     demos = scripted_rollouts(contexts[:3], ["oracle"], seed=3, workdir=tmp_path_factory.mktemp("demos"))
     encoded = encode_trajectories(demos, AutoTokenizer.from_pretrained(tiny_checkpoint), max_length=100_000)
     assert len(encoded.examples) == 3
-    # cut 150 tokens after the first assistant token (the tools' schema comes first), so the test is fast
-    ends = [e.loss_mask.index(True) + 150 for e in encoded.examples]
-    cut = [dataclasses.replace(e, input_ids=e.input_ids[:end], loss_mask=e.loss_mask[:end])
-           for e, end in zip(encoded.examples, ends, strict=True)]
-    assert all(e.trained_tokens for e in cut)
-    return cut
+    return encoded.examples, [bench.conversation(t) for t in demos]
 
 
-def test_both_sides_train_on_the_same_real_tokens(bench, tiny_checkpoint, examples, tmp_path, capsys) -> None:
+def test_every_side_trains_on_the_same_tokens_with_the_same_first_step_loss(bench, tiny_checkpoint, examples,
+                                                                            tmp_path, capsys) -> None:
+    examples, conversations = examples
     longest = max(len(e) for e in examples)
-    result = bench.compare(tiny_checkpoint, examples, batch_size=2, batch_tokens=(longest,),
-                           learning_rate=1e-3, seed=1, max_context=100_000, workdir=tmp_path,
-                           log=lambda _: None)
-    baseline, (project,) = result["baseline"], result["project"]
-    real = sum(len(e) for e in examples)
-    assert baseline["tokens"] == project["tokens"] == real
-    assert baseline["steps"] == 2 and project["steps"] == 3  # batches of 2; one example per row
-    assert baseline["computed_tokens"] >= real == project["computed_tokens"]
-    assert 0 <= baseline["padding_fraction"] < 1 and project["padding_fraction"] == 0
-    assert project["logit_positions"] == sum(e.trained_tokens for e in examples) < baseline["logit_positions"]
-    assert baseline["tokens_per_second"] > 0 and project["tokens_per_second"] > 0
+    result = bench.compare(tiny_checkpoint, examples, conversations=conversations, batch_size=2,
+                           batch_tokens=(longest,), learning_rate=1e-3, seed=1, max_context=100_000,
+                           workdir=tmp_path, log=lambda _: None)
+    baseline, (project,), (trl_padded, trl_packed) = result["baseline"], result["project"], result["trl"]
+    real, targets = sum(len(e) for e in examples), sum(e.trained_tokens for e in examples)
+    assert baseline["tokens"] == project["tokens"] == trl_padded["tokens"] == trl_packed["tokens"] == real
+    assert baseline["steps"] == trl_padded["steps"] == 2  # batches of 2
+    assert project["steps"] == trl_packed["steps"] == 3  # one example per row, a row a step
+    assert project["computed_tokens"] == trl_packed["computed_tokens"] == real  # padding-free
+    assert baseline["computed_tokens"] >= real and trl_padded["computed_tokens"] >= real
+    # the project and TRL's fused LM head project target positions only; the plain Trainer every position
+    assert project["logit_positions"] == trl_padded["logit_positions"] == targets
+    assert trl_packed["logit_positions"] == targets < baseline["logit_positions"]
+    assert all(side["tokens_per_second"] > 0 for side in (baseline, project, trl_padded, trl_packed))
     assert sorted(len(row) for row in project["rows"]) == [1, 1, 1]
+    losses = result["first_step_losses"]  # the two shortest examples in one step, every side
+    assert set(losses) == {"fine_tune", "TRL, padded", "TRL, packed"}
+    assert max(losses.values()) - min(losses.values()) <= bench.LOSS_TOLERANCE * losses["fine_tune"]
     bench.print_table(result)
     table = capsys.readouterr().out
-    assert baseline["name"] in table and project["name"] in table and f"{project['ratio']:.2f}x" in table
+    for side in (baseline, project, trl_padded, trl_packed):
+        assert side["name"] in table
+    assert f"{project['ratio']:.2f}x" in table
+

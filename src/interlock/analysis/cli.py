@@ -8,6 +8,7 @@
     interlock collect [--group NAME] [-o DIR]
     interlock [--data DIR] export tasks --format harbor -o DIR [--pool POOL] [--limit N]
     interlock [--data DIR] export trajectories --format atif -o DIR
+    interlock [--data DIR] export dataset -o DIR
 
 Exit codes: 0 success, 1 bad or missing artifacts (one line on stderr), 2 usage errors and
 unknown task ids.
@@ -26,7 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from interlock.analysis.artifacts import Artifacts, UnknownTask, repository_paths
+from interlock.analysis.artifacts import Artifacts, UnknownTask, find_repository, repository_paths
 from interlock.core.errors import InterlockError
 from interlock.core.types import POOLS
 from interlock.recursive.contract import TransformationContract, changed_nodes
@@ -83,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
                         "(default: reports/<group or all>)")
     p.set_defaults(run=cmd_collect)
 
-    p = sub.add_parser("export", help="write tasks or trajectories in formats other tools read")
+    p = sub.add_parser("export", help="the training set, tasks or trajectories in formats other tools read")
     what = p.add_subparsers(dest="what", required=True, metavar="WHAT")
     e = what.add_parser("tasks", parents=[data], help="admitted tasks in Harbor's task layout")
     e.add_argument("--format", required=True, choices=("harbor",))
@@ -96,6 +97,10 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--format", required=True, choices=("atif",))
     e.add_argument("-o", "--output", type=Path, required=True, metavar="DIR")
     e.set_defaults(run=cmd_export_trajectories)
+    e = what.add_parser("dataset", parents=[data],
+                        help="the training set as a Hugging Face dataset (Parquet and a card)")
+    e.add_argument("-o", "--output", type=Path, required=True, metavar="DIR")
+    e.set_defaults(run=cmd_export_dataset)
     return parser
 
 
@@ -299,6 +304,18 @@ def cmd_export_trajectories(args: argparse.Namespace, console: Console) -> None:
 
     written = export_trajectories(_artifacts(args).paths, args.output)
     console.print(f"wrote {len(written)} judged rollouts as {ATIF_VERSION} to {escape(str(args.output))}")
+
+
+def cmd_export_dataset(args: argparse.Namespace, console: Console) -> None:
+    from interlock.export.dataset import export_training_set  # pandas only when exporting
+
+    result = export_training_set(_artifacts(args).paths, args.output, repo=find_repository())
+    contents, provenance = result.contents, result.provenance
+    console.print(f"wrote {escape(str(result.out))}: {contents.rows} examples ({contents.sources}) from "
+                  f"{contents.domains} domains; {len(contents.left_out)} left out (see its README.md)")
+    if not provenance.matches_lock:
+        console.print(f"[yellow]the training set read ({provenance.read_md5}) is not the one dvc.lock "
+                      f"records ({provenance.locked_md5}); the card says so[/]")
 
 
 def _mde(value: object) -> str:

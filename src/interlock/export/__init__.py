@@ -1,1 +1,2 @@
-"""Exports other tools read: tasks in Harbor's task layout, trajectories in ATIF."""
+"""Exports: what the pipeline made (the training set, tasks, trajectories) in formats other tools
+read without this package."""
