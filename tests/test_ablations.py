@@ -28,6 +28,7 @@ from interlock.analysis.ablations import (
     plot_breadth,
     plot_interventions,
     plot_judges,
+    plot_synthesis,
     read_experiments,
 )
 from interlock.core import schemas
@@ -141,7 +142,7 @@ def test_collect_writes_the_table_the_comparisons_and_the_pictures(swept, tmp_pa
     assert sorted(rft["breadth"]) == [2, 4] and set(rft["seeds"]) == {3}
     assert (rft["low"] <= rft["value"]).all() and (rft["value"] <= rft["high"]).all()
     assert rft["judge_seconds_per_rollout"].notna().all()
-    for name in ("breadth.png", "judges.png", "interventions.png"):
+    for name in ("breadth.png", "judges.png", "interventions.png", "synthesis.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # every comparison states its MDE: d4 against d2, paired over the per-episode results that
     # `dvc exp run` left in the DVC cache
@@ -197,7 +198,7 @@ def _results(model: str, passed: list[bool], seed: int | None = None) -> list[di
 
 def _experiment(name: str, rates: tuple[float, float], *, group: str = "intervention",
                 intervention: str = "none", breadth: int | None = 4, judge: str = "agent",
-                cached: bool = True, tasks: int = 40) -> Experiment:
+                cached: bool = True, tasks: int = 40, synthesis: str | None = None) -> Experiment:
     """An experiment with a failing base and an rft of two seeds passing at ``rates``."""
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     rft = [row for k, rate in enumerate(rates) for row in _results("rft", list(rng.random(tasks) < rate), k)]
@@ -207,23 +208,29 @@ def _experiment(name: str, rates: tuple[float, float], *, group: str = "interven
     params = {"seed": SEED, "eval": {"bootstrap": RESAMPLES, "confidence": 0.95},
               "tracking": {"group": group}, "domains": {"count": breadth}, "judge": {"name": judge},
               "intervention": {"name": intervention}}
+    if synthesis is not None:  # older experiments have no synthesis option: base
+        params["synthesis"] = {"name": synthesis}
     return Experiment(name, "0" * 40, params, {"evaluate": evaluate, "train": {"seeds": 2}},
                       [r for rows in by_model.values() for r in rows] if cached else None)
 
 
 @pytest.fixture(scope="module")
 def made_up() -> list[Experiment]:
-    """An intervention sweep (none, rti), a breadth sweep (d2, d4, d8) and a judge sweep (agent, text)."""
+    """An intervention sweep (none, rti), a breadth sweep (d2, d4, d8), a judge sweep (agent, text)
+    and a synthesis sweep (base, rst)."""
     return [_experiment("no-rti", (0.2, 0.25)), _experiment("rti", (0.45, 0.5), intervention="rti"),
             *(_experiment(f"b{b}", (0.3, 0.3), group="breadth", breadth=b, judge="text") for b in (8, 2, 4)),
             _experiment("agent", (0.3, 0.35), group="judge", breadth=2),
-            _experiment("text", (0.3, 0.3), group="judge", breadth=2, judge="text", cached=False)]
+            _experiment("text", (0.3, 0.3), group="judge", breadth=2, judge="text", cached=False),
+            _experiment("rst", (0.4, 0.35), group="synthesis", synthesis="rst"),
+            _experiment("base", (0.3, 0.3), group="synthesis", synthesis="base")]
 
 
 def test_the_intervention_axis_is_read_and_an_older_experiment_had_none(made_up) -> None:
     assert [e.intervention for e in made_up[:2]] == ["none", "rti"]
     older = {k: v for k, v in made_up[0].params.items() if k != "intervention"}
     assert Experiment("old", "0" * 40, older, made_up[0].metrics).intervention == "none"
+    assert [e.synthesis for e in made_up] == ["base"] * 7 + ["rst", "base"]
     frame = ablation_frame(made_up)
     assert list(frame.columns) == ablations.COLUMNS
     rows = frame[(frame["metric"] == "pass_rate") & (frame["pool"] == "benchmark")]
@@ -239,7 +246,7 @@ def test_each_ablation_compares_against_its_reference_level_with_a_paired_mde(ma
     rft = comparisons[(comparisons["model"] == "rft") & (comparisons["metric"] == "pass_rate")]
     pairs = {(r.axis, r.experiment, r.reference_experiment) for r in rft.itertuples()}
     assert pairs == {("intervention", "rti", "no-rti"), ("breadth", "b4", "b2"), ("breadth", "b8", "b2"),
-                     ("judge", "text", "agent")}
+                     ("judge", "text", "agent"), ("synthesis", "rst", "base")}
     rti = rft[rft["axis"] == "intervention"].iloc[0]
     assert rti["paired"] and rti["level"] == "rti" and rti["reference_level"] == "none"
     assert rti["difference"] == pytest.approx(rti["value"] - rti["reference_value"], abs=1e-6)
@@ -285,6 +292,13 @@ def test_the_pictures_state_each_comparisons_mde(made_up) -> None:
     # without an intervention sweep the picture says so
     alone = plot_interventions(ablation_frame(made_up[2:]))
     assert "no intervention sweep" in " ".join(t.get_text() for t in alone.axes[0].texts)
+    # the synthesis sweep: the base pool first, rst beside it with its MDE
+    (ax,) = plot_synthesis(frame, comparisons=comparisons).axes
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["base pool", "rst"]
+    rst = comparisons.query("axis == 'synthesis' and model == 'rft' and metric == 'pass_rate'")["mde"].iloc[0]
+    assert f"MDE\n{rst:.2f}" in [t.get_text() for t in ax.texts]
+    assert "no synthesis sweep (synthesis=base,rst)" in " ".join(
+        t.get_text() for t in plot_synthesis(ablation_frame(made_up[:2])).axes[0].texts)
 
 
 def test_collect_writes_the_comparisons_with_their_mde(made_up, tmp_path, monkeypatch, capsys) -> None:
@@ -297,7 +311,7 @@ def test_collect_writes_the_comparisons_with_their_mde(made_up, tmp_path, monkey
     compared = pd.read_csv(tmp_path / "out" / "comparisons.tsv", sep="\t")
     assert set(compared["axis"]) == {"intervention"}
     assert compared.query("model == 'rft' and metric == 'pass_rate'")["mde"].gt(0).all()
-    for name in ("breadth.png", "judges.png", "interventions.png"):
+    for name in ("breadth.png", "judges.png", "interventions.png", "synthesis.png"):
         assert (tmp_path / "out" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

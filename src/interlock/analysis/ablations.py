@@ -1,9 +1,10 @@
 """Collect finished DVC experiments into one ablation comparison: a table, the comparisons each
-ablation makes, and the pictures of the three ablations (the rollout-time intervention, none
-against rti; transfer against domain breadth; agent judge against text judge).
+ablation makes, and the pictures of the four ablations (the rollout-time intervention, none
+against rti; recursive synthesis, base against rst; transfer against domain breadth; agent judge
+against text judge).
 
 A finished experiment is a git commit under ``refs/exps/``: its ``params.yaml`` says what it
-varied (``intervention``, ``domains``, ``judge``, ``train.seeds``, and its sweep,
+varied (``intervention``, ``synthesis``, ``domains``, ``judge``, ``train.seeds``, and its sweep,
 ``tracking.group``) and its ``metrics/*.json`` (committed: DVC does not cache them) hold what it
 measured. Reading those files at each experiment's commit needs nothing but git, and gives the
 same numbers that ``dvc exp show`` lists and W&B holds.
@@ -44,14 +45,19 @@ from interlock.evaluation.metrics import METRICS, bootstrap_indices, paired_delt
 #: the metrics files an experiment is read from
 METRICS_FILES = ("evaluate", "sample", "train", "judge", "accept")
 #: the ablation axes: what a sweep varies (an :class:`Experiment` property of that name)
-AXES = ("intervention", "breadth", "judge")
+AXES = ("intervention", "synthesis", "breadth", "judge")
 #: per axis, the order its levels are compared in; the first present is the reference (breadth:
 #: fewest domains first, ``domains=all`` last)
-LEVEL_ORDER = {"intervention": ("none", "rti"), "judge": ("agent", "text")}
+LEVEL_ORDER = {"intervention": ("none", "rti"), "synthesis": ("base", "rst"), "judge": ("agent", "text")}
+#: the methods, each pictured as bars per model against its reference level: the picture's title,
+#: the reference's label and the sweep that makes it
+METHODS = {"intervention": ("rollout-time intervention", "no intervention", "intervention=none,rti"),
+           "synthesis": ("recursive synthesis", "base pool", "synthesis=base,rst")}
 #: the table's columns, in order
-COLUMNS = ["experiment", "group", "breadth", "judge", "intervention", "seeds", "training_trajectories",
-           "pool", "model", "metric", "tasks", "episodes", "value", "low", "high", "delta", "delta_low",
-           "delta_high", "delta_mde", "judge_seconds_per_rollout", "judge_output_tokens_per_rollout"]
+COLUMNS = ["experiment", "group", "breadth", "judge", "intervention", "synthesis", "seeds",
+           "training_trajectories", "pool", "model", "metric", "tasks", "episodes", "value", "low", "high",
+           "delta", "delta_low", "delta_high", "delta_mde", "judge_seconds_per_rollout",
+           "judge_output_tokens_per_rollout"]
 #: the comparisons' columns (:func:`axis_comparisons`), in order
 COMPARISON_COLUMNS = ["axis", "group", "experiment", "level", "reference_experiment", "reference_level",
                       "pool", "model", "metric", "tasks", "value", "reference_value", "difference", "low",
@@ -87,6 +93,12 @@ class Experiment:
         """``none`` (rejection sampling alone) or ``rti`` (rollout-time intervention); ``none`` for
         an experiment from before the option existed."""
         return (self.params.get("intervention") or {}).get("name") or "none"
+
+    @property
+    def synthesis(self) -> str:
+        """``base`` (the blueprints' tasks) or ``rst`` (recursive synthesis grew the rft pool);
+        ``base`` for an experiment from before the option existed."""
+        return (self.params.get("synthesis") or {}).get("name") or "base"
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -176,8 +188,9 @@ def ablation_frame(experiments: Sequence[Experiment]) -> pd.DataFrame:
         frame.insert(2, "breadth", experiment.breadth)
         frame.insert(3, "judge", experiment.judge)
         frame.insert(4, "intervention", experiment.intervention)
-        frame.insert(5, "seeds", experiment.metrics.get("train", {}).get("seeds"))
-        frame.insert(6, "training_trajectories", experiment.metrics.get("sample", {}).get("trajectories"))
+        frame.insert(5, "synthesis", experiment.synthesis)
+        frame.insert(6, "seeds", experiment.metrics.get("train", {}).get("seeds"))
+        frame.insert(7, "training_trajectories", experiment.metrics.get("sample", {}).get("trajectories"))
         frame["judge_seconds_per_rollout"] = judge.get("seconds_per_rollout")
         frame["judge_output_tokens_per_rollout"] = judge.get("output_tokens_per_rollout")
         frames.append(frame)
@@ -189,8 +202,8 @@ def ablation_frame(experiments: Sequence[Experiment]) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- comparisons
 
 def _level_key(axis: str, level: object) -> tuple:
-    """Sort key of an axis level: the reference first (no intervention, fewest domains, the
-    agent judge), ``domains=all`` (no breadth) last."""
+    """Sort key of an axis level: the reference first (no intervention, the base pool, fewest
+    domains, the agent judge), ``domains=all`` (no breadth) last."""
     if _absent(level):
         return (2, 0.0, "")
     order = LEVEL_ORDER.get(axis, ())
@@ -203,8 +216,8 @@ def axis_comparisons(experiments: Sequence[Experiment], metrics: Sequence[str] =
                      ) -> pd.DataFrame:
     """What each ablation compares: per axis (:data:`AXES`), among experiments of one sweep
     (``tracking.group``) that agree on the other axes, every experiment against the one at the
-    axis's reference level (intervention ``none``; the fewest training domains; the ``agent``
-    judge), per pool x model x metric. ``difference`` is ``value - reference_value``; ``low``,
+    axis's reference level (intervention ``none``; synthesis ``base``; the fewest training domains;
+    the ``agent`` judge), per pool x model x metric. ``difference`` is ``value - reference_value``; ``low``,
     ``high`` and ``mde`` (the minimum detectable effect at the run's size) come from a bootstrap
     paired by task over both experiments' per-episode results (``paired``); they are missing where
     either experiment's results are not in the DVC cache or the two ran different tasks."""
@@ -450,38 +463,52 @@ def plot_judges(frame: pd.DataFrame, model: str = "rft", pool: str = "benchmark"
     return fig
 
 
-def plot_interventions(frame: pd.DataFrame, pool: str = "benchmark", metric: str = "pass_rate",
-                       comparisons: pd.DataFrame | None = None) -> Figure:
-    """``metric`` of every evaluated model with and without rollout-time intervention (``none``
-    against ``rti``), as bars with intervals; with ``comparisons`` (:func:`axis_comparisons`),
-    the rti bars carry their comparison's MDE. From a sweep that varies the intervention, where
-    there is one."""
+def plot_method(frame: pd.DataFrame, axis: str, pool: str = "benchmark", metric: str = "pass_rate",
+                comparisons: pd.DataFrame | None = None) -> Figure:
+    """``metric`` of every evaluated model at each level of a method's axis (:data:`METHODS`:
+    ``intervention`` none against rti, ``synthesis`` base against rst), as bars with intervals;
+    with ``comparisons`` (:func:`axis_comparisons`), the compared bars carry their MDE. From a
+    sweep that varies the axis, where there is one."""
+    title, reference, sweep = METHODS[axis]
     rows = frame[(frame["pool"] == pool) & (frame["metric"] == metric)]
-    rows = _varying(rows, "intervention") if len(rows) else rows
+    rows = _varying(rows, axis) if len(rows) else rows
     models = list(dict.fromkeys(rows["model"]))
     fig = Figure(figsize=(max(5.0, 1.8 * len(models) + 2), 3.6), layout="constrained")
     ax = fig.add_subplot()
-    levels = _bars(ax, rows, "intervention", models, "model",
-                   lambda level, _: "no intervention" if level == "none" else str(level), comparisons, pool,
-                   lambda model: model, lambda _: metric)
+    levels = _bars(ax, rows, axis, models, "model",
+                   lambda level, _: reference if level == LEVEL_ORDER[axis][0] else str(level), comparisons,
+                   pool, lambda model: model, lambda _: metric)
     ax.set_ylabel(TABLE_METRICS.get(metric, metric))
-    ax.set_title(f"{TABLE_METRICS.get(metric, metric)} on {pool}: rollout-time intervention")
+    ax.set_title(f"{TABLE_METRICS.get(metric, metric)} on {pool}: {title}")
     if len(levels) > 1:
         ax.legend(fontsize=8)
     if len(levels) < 2:
-        ax.text(0.5, 0.5, "no intervention sweep (intervention=none,rti)" if levels else "no experiments",
+        ax.text(0.5, 0.5, f"no {axis} sweep ({sweep})" if levels else "no experiments",
                 ha="center", va="center", transform=ax.transAxes, color="#6b7280")
-    if len(levels) > 1 and any(_mde(comparisons, "intervention", levels[-1][1], m, pool, metric) is not None
+    if len(levels) > 1 and any(_mde(comparisons, axis, levels[-1][1], m, pool, metric) is not None
                                for m in models):
-        fig.supxlabel(MDE_NOTE.format("no intervention"), fontsize=7)
+        fig.supxlabel(MDE_NOTE.format(reference), fontsize=7)
     return fig
+
+
+def plot_interventions(frame: pd.DataFrame, pool: str = "benchmark", metric: str = "pass_rate",
+                       comparisons: pd.DataFrame | None = None) -> Figure:
+    """Every model with and without rollout-time intervention (:func:`plot_method`)."""
+    return plot_method(frame, "intervention", pool, metric, comparisons)
+
+
+def plot_synthesis(frame: pd.DataFrame, pool: str = "benchmark", metric: str = "pass_rate",
+                   comparisons: pd.DataFrame | None = None) -> Figure:
+    """Every model trained from the base pool and from the pool recursive synthesis grew
+    (:func:`plot_method`)."""
+    return plot_method(frame, "synthesis", pool, metric, comparisons)
 
 
 def write_ablation_report(repo: Path | str, out: Path | str, group: str | None = None
                           ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Read the finished experiments (of ``group``), write ``ablations.tsv``, ``comparisons.tsv``
     (:func:`axis_comparisons`, each with its MDE), ``breadth.png``, ``judges.png`` and
-    ``interventions.png`` under ``out``; return the table and the comparisons."""
+    ``interventions.png`` and ``synthesis.png`` under ``out``; return the table and the comparisons."""
     experiments = read_experiments(repo, group)
     if not experiments:
         where = f" in group {group!r}" if group else ""
@@ -496,4 +523,5 @@ def write_ablation_report(repo: Path | str, out: Path | str, group: str | None =
     plot_breadth(frame, comparisons=comparisons).savefig(out / "breadth.png", dpi=120)
     plot_judges(frame, comparisons=comparisons).savefig(out / "judges.png", dpi=120)
     plot_interventions(frame, comparisons=comparisons).savefig(out / "interventions.png", dpi=120)
+    plot_synthesis(frame, comparisons=comparisons).savefig(out / "synthesis.png", dpi=120)
     return frame, comparisons
