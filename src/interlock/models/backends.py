@@ -10,7 +10,8 @@ from interlock.core.backend import ChatBackend
 from interlock.core.config import BackboneConfig
 from interlock.core.errors import InterlockError
 
-#: where the ``openai`` backend finds its server (e.g. ``vllm serve`` or ``transformers serve``)
+#: where the ``openai`` backend finds its servers (e.g. ``vllm serve`` or ``transformers serve``) when
+#: ``backbone.server.base_urls`` is empty: one ``/v1`` address, or several separated by commas
 OPENAI_URL_ENV = "INTERLOCK_OPENAI_BASE_URL"
 
 
@@ -28,11 +29,14 @@ def make_backend(backbone: BackboneConfig, checkpoint: Path) -> ChatBackend:
     if backbone.backend == "openai":
         from interlock.models.openai_backend import OpenAIBackend
 
-        url = os.environ.get(OPENAI_URL_ENV)
-        if not url:
-            raise InterlockError(f"set {OPENAI_URL_ENV} to the server's /v1 address (the server must "
-                                 f"serve {checkpoint})", field="backbone.backend")
-        return OpenAIBackend(url, str(checkpoint))
+        server = backbone.server
+        urls = server.base_urls or [u for u in os.environ.get(OPENAI_URL_ENV, "").split(",") if u.strip()]
+        if not urls:
+            raise InterlockError(f"set backbone.server.base_urls, or {OPENAI_URL_ENV}, to the servers' "
+                                 f"/v1 addresses (they must serve {checkpoint})",
+                                 field="backbone.server.base_urls")
+        return OpenAIBackend(urls, str(checkpoint), max_in_flight=server.max_in_flight,
+                             max_retries=server.max_retries, timeout_s=server.timeout_s)
     from interlock.models.vllm_backend import VLLMBackend
 
     return VLLMBackend(str(checkpoint), dtype=backbone.dtype, max_model_len=backbone.max_context)

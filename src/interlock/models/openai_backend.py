@@ -1,32 +1,132 @@
-"""The ``openai`` backend: any OpenAI-compatible chat-completions server (``vllm serve``,
-``transformers serve``, a hosted API), over plain HTTP.
+"""The ``openai`` backend: one or several OpenAI-compatible chat-completions servers (``vllm
+serve``, SGLang, ``transformers serve``, a hosted API), over plain HTTP.
 
-Requests for one turn go out concurrently (one thread each), so a server that batches, as
-vLLM does, sees the whole turn at once. Structured ``tool_calls`` in an answer are turned back
+It is a :class:`~interlock.core.backend.ConcurrentBackend`: the rollout engine sends each
+episode's request when it is due, at most ``max_in_flight`` at a time, and ``complete`` (a whole
+turn, for the lockstep schedule and the text judge) sends its requests concurrently as well. Each
+request goes to the endpoint with the fewest requests in flight, passing over one that failed
+until its backoff has run out. Timeouts, refused or broken connections, 429 and 5xx answers are
+retried with exponential backoff and jitter seeded by the request (or after the server's
+``Retry-After``, capped); a request that still fails, or an answer that is not a chat completion
+(too large, not JSON, wrong types), comes back as a completion that ends its episode
+(``server_error``, ``bad_reply``) with the reason in its ``detail``, never as an exception:
+whatever a server sends is hostile input. Structured ``tool_calls`` in an answer are turned back
 into the project's ``<tool_call>`` text, so trajectories look the same whatever the server.
 """
 
 from __future__ import annotations
 
+import contextlib
+import email.utils
+import http.client
 import json
+import math
 import os
-import urllib.error
-import urllib.request
+import random
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from interlock.core.backend import ChatRequest, Completion, EpisodeTask
-from interlock.core.chat import Message, render_turn
+from interlock.core.backend import ChatRequest, Completion, CompletionEnd, EpisodeTask
+from interlock.core.chat import Message, ToolCall, render_turn, tool_arguments
 from interlock.core.errors import InterlockError
+from interlock.core.seeds import stable_seed
+
+#: an answer larger than this is not a chat completion (a turn of even 32k tokens is far smaller)
+MAX_REPLY_BYTES = 4 * 2**20
+#: token counts a server reports must fit the trajectories' columns
+MAX_TOKENS = 2**31 - 1
+
+
+@dataclass
+class Endpoint:
+    """One server, and what this client has sent it (read by benchmarks and tests)."""
+
+    url: str  # its chat-completions address
+    host: str
+    port: int | None
+    path: str
+    https: bool
+    in_flight: int = 0
+    requests: int = 0  # tries sent, retries included
+    streak: int = 0  # tries since its last answer that timed out, broke, or were answered 429 / 5xx
+    cool_until: float = 0.0  # after a failure: passed over until then (time.monotonic), longer each time
+
+    @classmethod
+    def parse(cls, base_url: str) -> Endpoint:
+        parts = urllib.parse.urlsplit(base_url.strip())
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+            raise InterlockError(f"not an http(s) server address: {base_url!r}",
+                                 field="backbone.server.base_urls")
+        path = parts.path.rstrip("/") + "/chat/completions"
+        return cls(f"{parts.scheme}://{parts.netloc}{path}", parts.hostname, port, path,
+                   https=parts.scheme == "https")
+
+
+class _Watchdog:
+    """Shuts a socket down ``seconds`` after it started (the socket's own timeout bounds each read,
+    not a whole answer)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.fired, self._socket, self._lock = False, None, threading.Lock()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socket = sock
+            if self.fired:  # it fired while connecting
+                self._cut()
+
+    def stop(self) -> None:
+        self._timer.cancel()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            self._cut()
+
+    def _cut(self) -> None:
+        if self._socket is not None:
+            with contextlib.suppress(OSError):  # already closed
+                self._socket.shutdown(socket.SHUT_RDWR)
+
+
+class _Unanswered(Exception):
+    """A try that got no HTTP answer: refused, broken, or past the timeout."""
+
+
+class _BadReply(Exception):
+    """An HTTP 200 whose body is not a chat completion."""
 
 
 class OpenAIBackend:
     name = "openai"
 
-    def __init__(self, base_url: str, model: str, *, api_key_env: str = "OPENAI_API_KEY",
-                 timeout: float = 600.0, max_workers: int = 16) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model, self.timeout, self.max_workers = model, timeout, max_workers
-        self.api_key = os.environ.get(api_key_env, "")
+    def __init__(self, base_urls: str | Sequence[str], model: str, *, max_in_flight: int = 64,
+                 max_retries: int = 5, timeout_s: float = 600.0, backoff_s: float = 0.5,
+                 max_backoff_s: float = 30.0, api_key_env: str = "OPENAI_API_KEY") -> None:
+        urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
+        if not urls:
+            raise InterlockError("no server address", field="backbone.server.base_urls")
+        self.endpoints = [Endpoint.parse(url) for url in urls]
+        self.model, self.max_in_flight, self.max_retries = model, max_in_flight, max_retries
+        self.timeout_s, self.backoff_s, self.max_backoff_s = timeout_s, backoff_s, max_backoff_s
+        self.headers = {"Content-Type": "application/json"}
+        if os.environ.get(api_key_env):
+            self.headers["Authorization"] = f"Bearer {os.environ[api_key_env]}"
+        self.retries = 0
+        self._lock = threading.Lock()
 
     def begin(self, key: str, task: EpisodeTask) -> None:
         pass
@@ -35,43 +135,164 @@ class OpenAIBackend:
         pass
 
     def complete(self, requests: list[ChatRequest]) -> list[Completion]:
-        with ThreadPoolExecutor(max_workers=min(self.max_workers, max(1, len(requests)))) as pool:
-            return list(pool.map(self._one, requests))
+        with ThreadPoolExecutor(max_workers=min(self.max_in_flight, max(1, len(requests)))) as pool:
+            return list(pool.map(self.complete_one, requests))
 
-    def _one(self, request: ChatRequest) -> Completion:
-        body = {
-            "model": self.model,
-            "messages": [_wire(m) for m in request.messages],
-            "max_tokens": request.max_new_tokens,
-            "temperature": request.temperature,
-            "seed": request.seed,
-            "stream": False,
-        }
+    def complete_one(self, request: ChatRequest) -> Completion:
+        body = json.dumps(self._payload(request)).encode()
+        jitter = random.Random(stable_seed("openai-backoff", request.key, request.seed))
+        problem, failed_on = "", None
+        for attempt in range(self.max_retries + 1):
+            endpoint = self._acquire(avoid=failed_on)
+            try:
+                status, retry_after, data = self._post(endpoint, body)
+            except _Unanswered as exc:
+                status, retry_after, data = None, None, b""
+                problem = f"{endpoint.url}: {exc}"
+            finally:
+                with self._lock:
+                    endpoint.in_flight -= 1
+            if status == 200:
+                with self._lock:
+                    endpoint.streak = 0
+                return _completion(data)
+            if status is not None:
+                text = data[:300].decode("utf-8", errors="replace")
+                problem = f"{endpoint.url} answered {status}: {text!r}"  # repr: no control characters
+                if status == 400 and "context" in text.lower():
+                    return Completion("", finish_reason="context")
+                if status != 429 and status < 500:  # the request itself is refused: no retry helps
+                    return _failed("server_error", problem)
+            wait = retry_after if retry_after is not None else (
+                self._backoff(attempt) * (0.5 + jitter.random() / 2))
+            with self._lock:
+                endpoint.cool_until = time.monotonic() + max(wait, self._backoff(endpoint.streak))
+                endpoint.streak += 1
+            failed_on = endpoint
+            if attempt < self.max_retries:
+                time.sleep(wait)
+        return _failed("server_error", f"{problem} (tried {self.max_retries + 1} times)")
+
+    def _payload(self, request: ChatRequest) -> dict:
+        body = {"model": self.model, "messages": [_wire(m) for m in request.messages],
+                "max_tokens": request.max_new_tokens, "temperature": request.temperature,
+                "seed": request.seed, "stream": False}
         if request.tools:
             body["tools"] = list(request.tools)
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        http = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers,
-                                      method="POST")
+        return body
+
+    def _backoff(self, failures: int) -> float:
+        return min(self.max_backoff_s, self.backoff_s * 2 ** min(failures, 32))
+
+    def _acquire(self, avoid: Endpoint | None) -> Endpoint:
+        """The endpoint with the fewest requests in flight (then the fewest sent), passing over
+        those still cooling down after a failure, and a retry over the one it just failed on,
+        while another is there."""
+        with self._lock:
+            now = time.monotonic()
+            endpoint = min(self.endpoints,
+                           key=lambda e: (e.cool_until > now, e is avoid, e.in_flight, e.requests))
+            endpoint.in_flight += 1
+            endpoint.requests += 1
+            if avoid is not None:
+                self.retries += 1
+            return endpoint
+
+    def _post(self, endpoint: Endpoint, body: bytes) -> tuple[int, float | None, bytes]:
+        """One try: the status, ``Retry-After`` in seconds (capped) and at most
+        ``MAX_REPLY_BYTES + 1`` bytes of the body, all within ``timeout_s`` in total (a watchdog
+        cuts the connection of a server that answers slowly, byte by byte)."""
+        kind = http.client.HTTPSConnection if endpoint.https else http.client.HTTPConnection
+        connection = kind(endpoint.host, endpoint.port, timeout=self.timeout_s)
+        watchdog = _Watchdog(self.timeout_s)
         try:
-            with urllib.request.urlopen(http, timeout=self.timeout) as response:
-                answer = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:300]
-            if exc.code == 400 and "context" in detail.lower():
-                return Completion("", finish_reason="context")
-            raise InterlockError(f"server answered {exc.code}: {detail}", file=self.url) from None
-        except (urllib.error.URLError, TimeoutError) as exc:
-            raise InterlockError(f"cannot reach the server ({exc})", file=self.url) from None
-        choice = answer["choices"][0]
-        message = choice.get("message") or {}
-        text = message.get("content") or ""
-        if message.get("tool_calls"):
-            text = render_turn(text, Message.from_dict({"role": "assistant", **message}).tool_calls)
-        usage = answer.get("usage") or {}
-        finish = {"length": "length", "tool_calls": "stop"}.get(choice.get("finish_reason"), "stop")
-        return Completion(text, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), finish)
+            connection.connect()
+            watchdog.watch(connection.sock)  # the response keeps reading it after the connection lets go
+            connection.request("POST", endpoint.path, body, self.headers)
+            response = connection.getresponse()
+            data = response.read(MAX_REPLY_BYTES + 1)
+            if watchdog.fired:
+                raise TimeoutError
+            if len(data) <= MAX_REPLY_BYTES and response.length:  # the server broke off its answer
+                raise http.client.IncompleteRead(data, response.length)
+            return response.status, self._retry_after(response.getheader("Retry-After")), data
+        except (OSError, http.client.HTTPException) as exc:
+            if watchdog.fired or isinstance(exc, TimeoutError):
+                raise _Unanswered(f"no answer within {self.timeout_s:g} s") from None
+            raise _Unanswered(f"cannot reach the server ({exc!r})"[:300]) from None
+        finally:
+            watchdog.stop()
+            connection.close()
+
+    def _retry_after(self, value: str | None) -> float | None:
+        """A ``Retry-After`` header in seconds (delay or HTTP date), at most ``max_backoff_s``;
+        None where absent or unreadable."""
+        if not value:
+            return None
+        try:
+            seconds = float(value)
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError, IndexError):
+                return None
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=UTC)
+            seconds = (when - datetime.now(UTC)).total_seconds()
+        return min(self.max_backoff_s, max(0.0, seconds)) if math.isfinite(seconds) else None
+
+
+def _failed(reason: CompletionEnd, detail: str) -> Completion:
+    return Completion("", finish_reason=reason, detail=detail[:500])
+
+
+def _completion(data: bytes) -> Completion:
+    """An HTTP 200's body as a completion, or a ``bad_reply`` saying what is wrong with it."""
+    if len(data) > MAX_REPLY_BYTES:
+        return _failed("bad_reply", f"an answer of over {MAX_REPLY_BYTES} bytes")
+    try:
+        return _read_answer(json.loads(data))
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, nested too deeply, a lone surrogate
+        return _failed("bad_reply", f"not a JSON answer ({type(exc).__name__}: {exc})")
+    except _BadReply as exc:
+        return _failed("bad_reply", f"not a chat completion: {exc}")
+
+
+def _field(container: object, key: str, kind: type | tuple[type, ...], required: bool = False):
+    """``container[key]`` when it has the expected type (None where absent and not required)."""
+    if not isinstance(container, dict):
+        raise _BadReply(f"expected an object holding {key!r}, got {type(container).__name__}")
+    value = container.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise _BadReply(f"{key!r} is {type(value).__name__}")
+    return value
+
+
+def _read_answer(answer: object) -> Completion:
+    choices = _field(answer, "choices", list, required=True)
+    if not choices:
+        raise _BadReply("no choices")
+    message = _field(choices[0], "message", dict, required=True)
+    content = _field(message, "content", str) or ""
+    calls = [_tool_call(call) for call in _field(message, "tool_calls", list) or ()]
+    usage = _field(answer, "usage", dict) or {}
+    tokens = [_field(usage, key, int) or 0 for key in ("prompt_tokens", "completion_tokens")]
+    if not all(0 <= n <= MAX_TOKENS for n in tokens):
+        raise _BadReply(f"token counts out of range: {tokens}")
+    finish = "length" if _field(choices[0], "finish_reason", str) == "length" else "stop"
+    text = render_turn(content, calls) if calls else content
+    text.encode("utf-8")  # a lone surrogate (JSON's "\ud800") could not be written to a table
+    return Completion(text, tokens[0], tokens[1], finish)
+
+
+def _tool_call(call: object) -> ToolCall:
+    """A structured call as the text protocol's; bad arguments are the model's error (an error
+    observation), a call without a function name the server's (``bad_reply``)."""
+    function = _field(call, "function", dict, required=True)
+    name = _field(function, "name", str, required=True)
+    return ToolCall(name, tool_arguments(function.get("arguments") or {}))
 
 
 def _wire(message: Message) -> dict:

@@ -1,23 +1,41 @@
-"""The rollout engine: many episodes step together, one batched generation per turn.
+"""The rollout engine: many episodes at once, under one of two schedules.
 
-Each episode acts in its own :class:`Environment`: by default a fresh copy of its task's
-workspace on disk with the file tools (:class:`WorkspaceEnvironment`); an external benchmark
-brings its own (BFCL's simulated APIs). Every assistant turn may carry several tool calls;
-malformed calls, unknown tools and bad arguments come back as error observations; a turn
-without calls ends the episode, or hands the agent the environment's next user message; every
-episode records why it ended.
+- ``lockstep`` (local models, which compute a batch at once): the live episodes step together,
+  one batched generation per turn;
+- ``async`` (servers, a :class:`~interlock.core.backend.ConcurrentBackend`): each episode's next
+  request goes out as soon as its own reply came and its tools ran, at most
+  ``max_in_flight`` at a time, so no episode waits for the slowest reply of a batch; the tools
+  run on the engine's thread while other requests wait.
+
+Both share everything an episode does (:func:`_start`, :func:`_request`, :func:`_advance`,
+:func:`_finish`) and differ only in when requests go out, so for a deterministic backend they
+write the same trajectories. Each episode acts in its own :class:`Environment`: by default a
+fresh copy of its task's workspace on disk with the file tools (:class:`WorkspaceEnvironment`);
+an external benchmark brings its own (BFCL's simulated APIs). Every assistant turn may carry
+several tool calls; malformed calls, unknown tools and bad arguments come back as error
+observations; a turn without calls ends the episode, or hands the agent the environment's next
+user message; every episode records why it ended.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
-from interlock.core.backend import ChatBackend, ChatRequest, EpisodeTask
+from interlock.core.backend import (
+    ChatBackend,
+    ChatRequest,
+    Completion,
+    CompletionEnd,
+    ConcurrentBackend,
+    EpisodeTask,
+)
 from interlock.core.chat import Message, ToolCall, ToolResult, parse_turn
 from interlock.rollout.trajectory import FinishReason, Trajectory
 from interlock.synthesis.packs import TaskPack
@@ -32,6 +50,12 @@ SYSTEM_PROMPT = (
     "follow each other in one turn."
 )
 TOOLS = tuple({"type": "function", "function": spec} for spec in TOOL_SPECS)
+#: when requests go out: a batched turn for every live episode, or each episode on its own
+Schedule = Literal["lockstep", "async"]
+#: completions that end their episode, and the finish reason each records
+ENDINGS: dict[CompletionEnd, FinishReason] = {"context": "context", "server_error": "server_error",
+                                              "bad_reply": "bad_reply"}
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -140,11 +164,24 @@ class Episode:
 
 
 def run_episodes(episodes: Iterable[Episode], backend: ChatBackend, limits: RolloutLimits, workdir: Path,
-                 batch_size: int = 16) -> Iterator[Trajectory]:
-    """Continuous batching: finished episodes leave the batch and waiting ones take their place."""
-    waiting = iter(episodes)
-    live: list[Episode] = []
+                 batch_size: int = 16, schedule: Schedule | None = None) -> Iterator[Trajectory]:
+    """Every episode to its end; each trajectory comes back as its episode ends. ``schedule``
+    None: ``async`` for a :class:`ConcurrentBackend` (at most its ``max_in_flight`` episodes
+    live), else ``lockstep`` (at most ``batch_size``)."""
     workdir.mkdir(parents=True, exist_ok=True)
+    if schedule is None:
+        schedule = "async" if isinstance(backend, ConcurrentBackend) else "lockstep"
+    if schedule == "lockstep":
+        return _lockstep(iter(episodes), backend, limits, workdir, batch_size)
+    if not isinstance(backend, ConcurrentBackend):
+        raise TypeError(f"the async schedule needs a backend that takes single requests, not {backend.name}")
+    return _async(iter(episodes), backend, limits, workdir)
+
+
+def _lockstep(waiting: Iterator[Episode], backend: ChatBackend, limits: RolloutLimits, workdir: Path,
+              batch_size: int) -> Iterator[Trajectory]:
+    """Continuous batching: finished episodes leave the batch and waiting ones take their place."""
+    live: list[Episode] = []
     while True:
         while len(live) < batch_size:
             episode = next(waiting, None)
@@ -153,22 +190,43 @@ def run_episodes(episodes: Iterable[Episode], backend: ChatBackend, limits: Roll
             live.append(_start(episode, backend, workdir))
         if not live:
             return
-        requests = [ChatRequest(e.rollout_id, tuple(e.messages), e.environment.tools, limits.max_new_tokens,
-                                limits.temperature, e.seed + e.turns) for e in live]
-        for episode, completion in zip(live, backend.complete(requests), strict=True):
-            episode.turns += 1
-            episode.steps += 1
-            episode.prompt_tokens = max(episode.prompt_tokens, completion.prompt_tokens)
-            episode.generated_tokens += completion.completion_tokens
-            if completion.finish_reason == "context":
-                episode.finish_reason = "context"
-                continue
-            _act(episode, completion.text, limits)
-            if episode.finish_reason is None and episode.steps >= limits.max_turns:
-                episode.finish_reason = "max_turns"
+        for episode, completion in zip(live, backend.complete([_request(e, limits) for e in live]),
+                                       strict=True):
+            _advance(episode, completion, limits)
         for episode in [e for e in live if e.finish_reason is not None]:
             live.remove(episode)
             yield _finish(episode, backend)
+
+
+def _async(waiting: Iterator[Episode], backend: ConcurrentBackend, limits: RolloutLimits,
+           workdir: Path) -> Iterator[Trajectory]:
+    """Each live episode has one request in flight, or is acting on its reply here while the
+    others' requests wait in the pool's threads; an ended episode's place goes to a waiting one."""
+    pool = ThreadPoolExecutor(max_workers=backend.max_in_flight, thread_name_prefix="interlock-rollout")
+    in_flight: dict[Future, Episode] = {}
+
+    def send(episode: Episode) -> None:
+        in_flight[pool.submit(backend.complete_one, _request(episode, limits))] = episode
+
+    try:
+        while True:
+            while len(in_flight) < backend.max_in_flight:
+                episode = next(waiting, None)
+                if episode is None:
+                    break
+                send(_start(episode, backend, workdir))
+            if not in_flight:
+                return
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in [f for f in in_flight if f in done]:  # in the order they were sent
+                episode = in_flight.pop(future)
+                _advance(episode, future.result(), limits)
+                if episode.finish_reason is None:
+                    send(episode)
+                else:
+                    yield _finish(episode, backend)
+    finally:  # a caller that stops early does not wait for the requests still out
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _start(episode: Episode, backend: ChatBackend, workdir: Path) -> Episode:
@@ -182,6 +240,29 @@ def _start(episode: Episode, backend: ChatBackend, workdir: Path) -> Episode:
         episode.messages = episode.environment.opening()
     backend.begin(episode.rollout_id, episode.task)
     return episode
+
+
+def _request(episode: Episode, limits: RolloutLimits) -> ChatRequest:
+    """The episode's next generation: its conversation so far, sampled with a seed of its own turn."""
+    return ChatRequest(episode.rollout_id, tuple(episode.messages), episode.environment.tools,
+                       limits.max_new_tokens, limits.temperature, episode.seed + episode.turns)
+
+
+def _advance(episode: Episode, completion: Completion, limits: RolloutLimits) -> None:
+    """One reply: count it, act on it, and record whether it ended the episode."""
+    episode.turns += 1
+    episode.steps += 1
+    episode.prompt_tokens = max(episode.prompt_tokens, completion.prompt_tokens)
+    episode.generated_tokens += completion.completion_tokens
+    ending = ENDINGS.get(completion.finish_reason)
+    if ending is not None:
+        episode.finish_reason = ending
+        if completion.detail:
+            log.warning("episode %s ended (%s): %s", episode.rollout_id, ending, completion.detail)
+        return
+    _act(episode, completion.text, limits)
+    if episode.finish_reason is None and episode.steps >= limits.max_turns:
+        episode.finish_reason = "max_turns"
 
 
 def conversation_counts(messages: list[Message]) -> tuple[int, int, int]:

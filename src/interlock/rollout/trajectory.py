@@ -8,9 +8,10 @@ from typing import Literal, get_args
 from interlock.core.chat import Message
 from interlock.core.io import dumps, loads
 
-#: why an episode ended: it submitted, ran out of turns, outgrew the context window, or wrote
-#: a turn without any tool call (it stopped acting)
-FinishReason = Literal["submitted", "max_turns", "context", "no_tool_call"]
+#: why an episode ended: it submitted, ran out of turns, outgrew the context window, wrote a turn
+#: without any tool call (it stopped acting), or its server failed it: no usable answer within the
+#: retries (``server_error``), or an answer that is not a completion (``bad_reply``)
+FinishReason = Literal["submitted", "max_turns", "context", "no_tool_call", "server_error", "bad_reply"]
 FINISH_REASONS: tuple[FinishReason, ...] = get_args(FinishReason)
 
 

@@ -1,0 +1,128 @@
+"""Asynchronous rollouts benchmark: the rollout engine's two schedules against the same OpenAI-
+compatible servers, side by side in one run: ``lockstep`` (every live episode waits for the
+slowest reply of its turn) and ``async`` (each episode advances as soon as its own reply came,
+at most ``--in-flight`` requests out).
+
+The servers are real HTTP servers on 127.0.0.1 (``interlock.models.loopback_server``, two
+endpoints by default, bounded in requests and time) that play a scripted agent: it lists the
+workspace, reads one to four files, submits, so the episodes are real (tools run on real
+workspaces of the default scale's kind of task). Reply lengths are lognormal (median
+``--median-tokens``, shape ``--sigma``: the skew) and each reply takes ``--ms-per-token`` per token;
+a share ``--error-rate`` of tries is answered 429 or 500 and retried by the client. Every draw
+comes from the seed and the request, and each side gets a fresh server, so both sides see the
+same replies and the same errors: their trajectories must be identical, and are checked to be.
+Not a test: it prints a table and checks the target of issue 17 (async at least 2x lockstep).
+
+    .venv/bin/python benchmarks/rollout_async.py [--tasks 16] [--attempts 8] [--in-flight 32]
+        [--endpoints 2] [--median-tokens 40] [--sigma 1.0] [--ms-per-token 2] [--error-rate 0.01]
+        [--seed 0] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))  # this checkout's library, whatever the venv has installed
+TARGET_RATIO = 2.0
+SCHEDULES = ("lockstep", "async")
+
+
+def tasks(count: int, seed: int) -> list:
+    """``count`` compiled tasks of the training domains, at the default scale's task size."""
+    from interlock.core.config import Params, compose_params
+    from interlock.core.seeds import stable_seed
+    from interlock.synthesis.blueprints import make_blueprint
+    from interlock.synthesis.catalog import load_catalog
+    from interlock.synthesis.graph import build_graph
+    from interlock.synthesis.packs import compile_pack
+    from interlock.synthesis.tasks import TaskContext
+
+    size = Params.model_validate(compose_params(ROOT / "conf")).scale.task_size
+    domains = [d for d in load_catalog().domains if d.split == "train"][:count]
+    built = []
+    for domain in domains:
+        blueprint = make_blueprint(domain, "rft", 0, size.build(), stable_seed(seed, domain.id))
+        graph = build_graph(blueprint, domain)
+        pack = compile_pack(graph, domain)
+        built.append(TaskContext(pack.task_id, pack, graph, domain))
+    return built
+
+
+def run_side(schedule: str, contexts: list, args: argparse.Namespace) -> tuple[dict, list[dict]]:
+    """One schedule on a fresh pair of servers: its figures and its trajectories' rows."""
+    from interlock.models.loopback_server import LoopbackServer, ScriptedAgent
+    from interlock.models.openai_backend import OpenAIBackend
+    from interlock.rollout.engine import RolloutLimits, run_episodes
+    from interlock.rollout.runs import plan_episodes
+
+    agent = ScriptedAgent(seed=args.seed, median_tokens=args.median_tokens, sigma=args.sigma,
+                          seconds_per_token=args.ms_per_token / 1000, error_rate=args.error_rate)
+    episodes = list(plan_episodes(iter(contexts), policy="loopback", attempts=args.attempts, seed=args.seed))
+    with (LoopbackServer(agent, args.endpoints, max_requests=50 * len(episodes), max_seconds=600) as server,
+          tempfile.TemporaryDirectory(prefix="interlock-bench-") as work):
+        backend = OpenAIBackend(server.urls, "loopback", max_in_flight=args.in_flight)
+        start = time.perf_counter()
+        trajectories = list(run_episodes(episodes, backend, RolloutLimits(), Path(work),
+                                         batch_size=args.in_flight, schedule=schedule))
+        seconds = time.perf_counter() - start
+    figures = {"episodes": len(trajectories), "seconds": seconds,
+               "episodes_per_second": len(trajectories) / seconds,
+               "turns": sum(t.turns for t in trajectories), "requests_by_endpoint": server.served,
+               "peak_in_flight": server.peak_in_flight, "retries": backend.retries,
+               "finish_reasons": dict(sorted(Counter(t.finish_reason for t in trajectories).items()))}
+    return figures, sorted((t.to_row() for t in trajectories), key=lambda row: row["rollout_id"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=16)
+    parser.add_argument("--attempts", type=int, default=8)
+    parser.add_argument("--in-flight", type=int, default=32,
+                        help="requests out at once (lockstep: the batch)")
+    parser.add_argument("--endpoints", type=int, default=2)
+    parser.add_argument("--median-tokens", type=float, default=40.0)
+    parser.add_argument("--sigma", type=float, default=1.0, help="lognormal shape of reply lengths")
+    parser.add_argument("--ms-per-token", type=float, default=2.0)
+    parser.add_argument("--error-rate", type=float, default=0.01, help="share of tries answered 429 or 500")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+
+    contexts = tasks(args.tasks, args.seed)
+    print(f"{len(contexts)} tasks x {args.attempts} attempts, {args.in_flight} in flight, {args.endpoints} "
+          f"loopback endpoints; replies: lognormal tokens (median {args.median_tokens:g}, "
+          f"sigma {args.sigma:g}) at {args.ms_per_token:g} ms a token, {args.error_rate:.0%} of tries "
+          "answered 429/500", flush=True)
+    sides, rows = {}, {}
+    for schedule in SCHEDULES:
+        sides[schedule], rows[schedule] = run_side(schedule, contexts, args)
+    identical = sum(a == b for a, b in zip(rows["lockstep"], rows["async"], strict=True))
+
+    print(f"\n{'':9} {'episodes':>8} {'seconds':>8} {'episodes/s':>11} {'turns':>6} {'retries':>8} "
+          f"{'peak in flight':>15}  requests by endpoint")
+    for schedule, side in sides.items():
+        print(f"{schedule:9} {side['episodes']:8} {side['seconds']:8.2f} {side['episodes_per_second']:11.2f} "
+              f"{side['turns']:6} {side['retries']:8} {side['peak_in_flight']:15}  "
+              f"{side['requests_by_endpoint']}")
+    for schedule, side in sides.items():
+        print(f"{schedule} finish reasons: {side['finish_reasons']}")
+    ratio = sides["async"]["episodes_per_second"] / sides["lockstep"]["episodes_per_second"]
+    print(f"identical trajectories: {identical} of {len(rows['async'])}")
+    print(f"speed-up (async episodes/s / lockstep episodes/s): {ratio:.2f}x (target >= {TARGET_RATIO:.0f}x): "
+          f"{'ok' if ratio >= TARGET_RATIO else 'BELOW TARGET'}")
+    if args.json:
+        report = {"settings": {k: v for k, v in vars(args).items() if k != "json"}, "ratio": ratio,
+                  "identical_trajectories": identical, **sides}
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0 if ratio >= TARGET_RATIO else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
