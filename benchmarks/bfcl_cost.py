@@ -8,7 +8,7 @@ decode split (``model_*``: all of that model's episodes, which decode together).
 sizes ``scale.evaluation.bfcl_tasks`` against the default run's 30-minute budget.
 
     .venv/bin/python benchmarks/bfcl_cost.py [--models base demo_sft rft/seed-0] [--tasks 2]
-        [--models-dir data/models] [--params params.yaml] [--json PATH]
+        [--pool bfcl_long_context] [--models-dir data/models] [--params params.yaml] [--json PATH]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main() -> None:
     from interlock.core.io import read_rows
     from interlock.core.schemas import TRAJECTORIES
     from interlock.evaluation.benchmarks import RunSettings
-    from interlock.evaluation.bfcl import BfclMultiTurn
+    from interlock.evaluation.bfcl import CATEGORIES, BfclMultiTurn
     from interlock.models.backends import make_backend
     from interlock.rollout.engine import RolloutLimits
     from interlock.rollout.trajectory import Trajectory
@@ -40,6 +40,8 @@ def main() -> None:
     parser.add_argument("--models-dir", type=Path, default=None,
                         help="the checkpoints' folder (default: the one params.yaml names)")
     parser.add_argument("--tasks", type=int, default=1, help="the first N BFCL tasks (id order)")
+    parser.add_argument("--pool", choices=list(CATEGORIES), default="bfcl",
+                        help="the BFCL pool, i.e. the multi-turn category (default: multi_turn_base)")
     parser.add_argument("--params", type=Path, default=ROOT / "params.yaml",
                         help="the composed config whose limits and seed the episodes use")
     parser.add_argument("--json", type=Path, help="also write the rows here")
@@ -52,7 +54,7 @@ def main() -> None:
         raise SystemExit(f"the prefill/decode split is the transformers backend's, not {backbone.backend!r}")
     settings = RunSettings(attempts=1, seed=params.seed, batch_size=rollouts.batch_size,
                            limits=RolloutLimits.of(rollouts, backbone.generation))
-    benchmark = BfclMultiTurn("bfcl", limit=args.tasks)
+    benchmark = BfclMultiTurn(args.pool, limit=args.tasks)
     rows = []
     for name in args.models:
         backend = make_backend(backbone, models / name)
@@ -66,7 +68,8 @@ def main() -> None:
         results = benchmark.grade(trajectories)
         stats = backend.stats
         for trajectory, result in zip(trajectories, results, strict=True):
-            rows.append({"model": name, "task": trajectory.task_id, "model_seconds": round(wall, 1),
+            rows.append({"model": name, "pool": args.pool, "task": trajectory.task_id,
+                         "model_seconds": round(wall, 1),
                          "steps": trajectory.turns, "tool_calls": trajectory.tool_calls,
                          "generated_tokens": trajectory.generated_tokens,
                          "prompt_tokens": trajectory.prompt_tokens, "ended": trajectory.finish_reason,

@@ -281,3 +281,12 @@ def test_bfcl_is_an_opt_in_pool_and_the_readme_command_turns_it_on(tmp_path: Pat
     refused = compose_config(["eval.pools=[benchmark,nope]"])
     with pytest.raises(ValueError, match="bfcl"):
         Params.model_validate(refused)
+
+
+def test_the_readme_command_turns_on_every_bfcl_category() -> None:
+    """One pool per BFCL multi-turn category, all four through one `-S` of the README."""
+    from interlock.evaluation.bfcl import CATEGORIES
+
+    override = f"eval.pools=[benchmark,{','.join(CATEGORIES)}]"
+    assert f"dvc exp run -S '{override}'" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert Params.model_validate(compose_config([override])).eval.pools == ["benchmark", *CATEGORIES]

@@ -60,7 +60,7 @@ class JudgingConfig(_Strict):
 
 class EvaluationSizeConfig(_Strict):
     """How many rollouts each evaluated model gets per task, and how many BFCL tasks (the first N
-    of its ``multi_turn_base`` in id order; None: all), the scale's share of evaluation."""
+    of each BFCL pool's multi-turn category in id order; None: all), the scale's share of evaluation."""
 
     attempts: int = Field(ge=1)
     bfcl_tasks: int | None = Field(ge=1)  # no default: every scale sets it (null: all of them)
@@ -204,8 +204,10 @@ class EvalConfig(_Strict):
     name: str
     models: list[str] = Field(min_length=1)
     #: built-in pools of admitted tasks (``benchmark``: held-out; ``dev``) and external benchmarks
-    #: (``bfcl``: BFCL v4 multi-turn, sized by ``scale.evaluation.bfcl_tasks``)
-    pools: list[Literal["dev", "benchmark", "bfcl"]] = Field(min_length=1)
+    #: (BFCL v4's multi-turn categories, one pool each: ``bfcl`` is multi_turn_base; sized by
+    #: ``scale.evaluation.bfcl_tasks``)
+    pools: list[Literal["dev", "benchmark", "bfcl", "bfcl_miss_param", "bfcl_miss_func",
+                        "bfcl_long_context"]] = Field(min_length=1)
     bootstrap: int = Field(ge=100)
     confidence: float = Field(gt=0, lt=1)
 

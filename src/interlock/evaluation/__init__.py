@@ -6,8 +6,8 @@ ground truth.
   benchmarks (AutomationBench-, JobBench-, Harvey-LAB-style, BFCL v4 multi-turn), and the
   built-in benchmark (:class:`AdmittedPool`: admitted tasks of the held-out ``benchmark`` pool, or
   of ``dev``, graded by the agent judge's compiled checks);
-- :mod:`~interlock.evaluation.bfcl`: BFCL v4 ``multi_turn_base`` from the installed ``bfcl-eval``
-  (:class:`BfclMultiTurn`), graded by BFCL's own multi-turn checker;
+- :mod:`~interlock.evaluation.bfcl`: BFCL v4's four multi-turn categories, one pool each, from the
+  installed ``bfcl-eval`` (:class:`BfclMultiTurn`), graded by BFCL's own multi-turn checker;
 - :mod:`~interlock.evaluation.metrics`: per-episode grades (pass, weighted score, criterion pass
   rate, completion gap), per-pool metrics, paired bootstrap intervals over tasks;
 - :mod:`~interlock.evaluation.run`: every model on every benchmark, resumable (:func:`run_evaluation`);

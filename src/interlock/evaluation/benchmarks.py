@@ -27,7 +27,7 @@ intervals, plots). The contract:
 - ``close()``: release what grading held (sandbox workers, servers).
 
 **Adding an external benchmark** (AutomationBench, JobBench and Harvey LAB are not available
-offline; BFCL v4 multi-turn is in :mod:`interlock.evaluation.bfcl`, the pool ``bfcl``): write a
+offline; BFCL v4 multi-turn is in :mod:`interlock.evaluation.bfcl`, a pool per category): write a
 class with these methods under ``interlock.evaluation`` and let the stage build it for its name
 (:func:`interlock.evaluation.stage.benchmarks_for`; ``eval.pools`` then needs the new name among its
 allowed values in :class:`interlock.core.config.EvalConfig`, and a size, if it has one, goes in
@@ -44,12 +44,13 @@ allowed values in :class:`interlock.core.config.EvalConfig`, and a size, if it h
 - *Harvey-LAB-style* (per-criterion grading of a work product): ``criterion_pass_rate`` = passing
   criteria / criteria, ``passed`` = all of them, ``score`` = their weighted share; the grader is
   the benchmark's own checks (a model grader would need its own, documented, backend).
-- *BFCL v4 multi-turn* (:class:`~interlock.evaluation.bfcl.BfclMultiTurn`, ``multi_turn_base``
+- *BFCL v4 multi-turn* (:class:`~interlock.evaluation.bfcl.BfclMultiTurn`, one category per pool,
   read from the installed ``bfcl-eval``): ``tasks()`` = BFCL's entries (``domain_id`` = the API
   set, e.g. ``GorillaFileSystem+TwitterAPI``); ``rollout`` runs the rollout engine's batched loop
   with each episode in a :class:`~interlock.evaluation.bfcl.BfclEnvironment` (an
   :class:`~interlock.rollout.engine.Environment`: BFCL's docs as the tools, BFCL's user turns one
-  by one, each parsed call executed against the episode's simulated API instances), recording the
+  by one, each parsed call executed against the episode's simulated API instances; BFCL's limits,
+  not the run's, carried by its episodes), recording the
   same :class:`~interlock.rollout.trajectory.Trajectory` (the calls in ``messages``, the final API
   state in ``final_files`` as JSON); ``grade`` runs BFCL's own multi-turn checker: ``passed`` =
   BFCL's verdict, ``criterion_pass_rate`` = ``score`` = the share of turns passing before the

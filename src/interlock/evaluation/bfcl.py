@@ -1,23 +1,38 @@
-"""BFCL v4 multi-turn (``multi_turn_base``) as a transfer benchmark, read from the installed
-``bfcl-eval`` package (never copied into the repository).
+"""BFCL v4's four multi-turn categories as transfer benchmarks, one evaluation pool each
+(:data:`CATEGORIES`: ``bfcl`` is ``multi_turn_base``), read from the installed ``bfcl-eval``
+package (never copied into the repository); per-pool metrics are BFCL's per-category columns.
 
-- **Tasks**: BFCL's ``multi_turn_base`` entries in its id order (``limit``: the first N), each
-  with its ground truth and the function docs of its API classes; a task's domain is its API set
+- **Tasks**: a category's entries in BFCL's id order (``limit``: the first N), each with its
+  ground truth and the function docs of its API classes; a task's domain is its API set
   (``GorillaFileSystem+TwitterAPI``), so the per-domain picture groups by API set.
+  ``multi_turn_miss_param`` needs nothing of its own (some turns lack a value: the ground truth
+  makes no call there, and the next turn gives it). ``multi_turn_miss_func`` follows BFCL's
+  inference protocol: the functions an entry's ``missed_function`` names are held out of the
+  tools until their turn, whose (empty) user message BFCL fills with its
+  ``DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC``; from then on their docs are among the tools.
+  ``multi_turn_long_context`` loads BFCL's long scenarios (``long_context=True``, as BFCL's
+  checker does for the category), so the state graded is the state the agent acted on.
 - **Episodes** run through the project's rollout engine and tool-call protocol in a
-  :class:`BfclEnvironment`: BFCL's docs are the tools, each BFCL user turn is a user message (the
-  next one comes when the assistant replies without a call; the episode ends after the last), and
-  every call runs against the episode's own instances of BFCL's simulated APIs through BFCL's
-  ``execute_multi_turn_func_call``. At most BFCL's 20 steps per user turn (the engine's
-  ``max_turns`` per user message); a prompt that outgrows the context window ends the episode
-  (``finish_reason="context"``).
+  :class:`BfclEnvironment`: the docs offered so far are the tools, each BFCL user turn is a user
+  message (the next one comes when the assistant replies without a call; the episode ends after
+  the last), and every call runs against the episode's own instances of BFCL's simulated APIs
+  through BFCL's ``execute_multi_turn_func_call``; a call to a function outside the entry's APIs
+  is an error observation and never runs (a held-out one runs before its turn, as in BFCL, whose
+  executor runs whatever names the entry's APIs: ``miss_func_49``'s ground truth calls ``tail``
+  two turns before it is offered). The episodes carry BFCL's limits (:data:`LIMITS`), not the
+  workspace tasks': BFCL's step limit (20 steps with calls per user turn; a 21st reply must end
+  the turn), every call of a step runs (a ground-truth turn of ``long_context`` makes 34) and
+  observations are never clipped (BFCL shows the model every result). A prompt that outgrows the
+  context window ends the episode (``finish_reason="context"``).
 - **Grading** is BFCL's own ``multi_turn_checker`` on the calls of each step, rebuilt from the
   trajectory's messages (user messages separate the turns). ``passed`` is BFCL's verdict: every
   turn's API state and execution results match the ground truth's, and every turn was answered
   within the context window (BFCL fails force-terminated and errored entries outright).
   ``criterion_pass_rate`` = ``score`` = the share of ground-truth turns passing *before the first
   failing one*: the checker stops at the first failure, so each prefix of turns is checked on its
-  own; turns after a failure are not credited (no re-implemented per-turn check).
+  own; turns after a failure are not credited (no re-implemented per-turn check). A turn whose
+  ground truth makes no call (``miss_param``, ``miss_func``) passes unchecked, as in BFCL: an
+  agent that never calls scores 0 only where the first turn needs a call, and passes no task.
 
 bfcl-eval is installed without its declared dependencies (``pip install --no-deps``): only the
 multi-turn checker and the simulated APIs are imported (the standard library plus mpmath). Its
@@ -50,14 +65,21 @@ from interlock.core.errors import InterlockError
 from interlock.core.io import dumps
 from interlock.evaluation.benchmarks import RunSettings, rollout_id
 from interlock.evaluation.metrics import EpisodeResult
-from interlock.rollout.engine import Episode
+from interlock.rollout.engine import Episode, EpisodeLimits
 from interlock.rollout.runs import episode_seed, run_rollouts
 from interlock.rollout.trajectory import Trajectory
 
-CATEGORY = "multi_turn_base"
+#: the evaluation pools (``eval.pools``) and the BFCL v4 multi-turn category each runs
+CATEGORIES = {"bfcl": "multi_turn_base", "bfcl_miss_param": "multi_turn_miss_param",
+              "bfcl_miss_func": "multi_turn_miss_func", "bfcl_long_context": "multi_turn_long_context"}
 VERSION = "2026.3.23"  # the bfcl-eval release the adapter was written against (the Makefile installs it)
 INSTALL = f"pip install --no-deps bfcl-eval=={VERSION}"
-STEP_LIMIT = 20  # BFCL's MAXIMUM_STEP_LIMIT: model steps per user turn
+STEP_LIMIT = 20  # BFCL's MAXIMUM_STEP_LIMIT: steps with calls per user turn (a test reads BFCL's)
+#: BFCL's limits, the only ones its episodes run under: BFCL quits a turn when a step with calls
+#: follows its 20th, so the 21st reply must end the turn; no cap on calls a step, no clipping
+LIMITS = EpisodeLimits(max_turns=STEP_LIMIT + 1)
+#: the user message of a turn that adds held-out functions (BFCL's, for function-calling models)
+ADDED_FUNCTIONS = "I have updated some more functions you can choose from. What about now?"
 JUDGE = "bfcl"  # the verdicts' judge column
 SYSTEM_PROMPT = (
     "You are an assistant that acts only through the functions listed below, on a simulated system. "
@@ -112,15 +134,26 @@ def _jsonl(path) -> list[dict]:
 @dataclass(frozen=True)
 class BfclTask:
     """One BFCL entry: ``entry`` as BFCL's checker takes it (id, question, initial_config,
-    involved_classes), the ground-truth call strings per turn, and the function docs."""
+    involved_classes), the ground-truth call strings per turn, the function docs offered from the
+    start, and those held out until a turn (``miss_func``: BFCL's ``missed_function``, by turn)."""
 
     entry: dict
     ground_truth: list[list[str]]
     docs: list[dict]
+    held_out: dict[int, list[dict]]
 
     @property
     def task_id(self) -> str:
         return self.entry["id"]
+
+    @property
+    def category(self) -> str:
+        return self.task_id.rsplit("_", 1)[0]
+
+    @property
+    def long_context(self) -> bool:
+        """BFCL's own test (its inference and its checker load the long scenarios so)."""
+        return "long_context" in self.category
 
     @property
     def domain_id(self) -> str:
@@ -128,30 +161,55 @@ class BfclTask:
 
     @property
     def user_turns(self) -> list[str]:
-        return [turn[0]["content"] for turn in self.entry["question"]]
+        """Each turn's user message: BFCL's own, or on a turn that adds held-out functions (BFCL's
+        entry has none there) the message BFCL's inference sends."""
+        return [turn[0]["content"] if turn else ADDED_FUNCTIONS for turn in self.entry["question"]]
+
+    def docs_at(self, turn: int) -> list[dict]:
+        """The docs offered at user turn ``turn``: held-out ones join at their turn, at the end (as
+        BFCL extends its function list)."""
+        return self.docs + [doc for at in sorted(self.held_out) if at <= turn for doc in self.held_out[at]]
 
     @property
     def functions(self) -> frozenset[str]:
-        return frozenset(doc["name"] for doc in self.docs)
+        """What a call may name: every function of the entry's APIs, held out or not (BFCL runs a
+        held-out function called before its turn; ``miss_func_49``'s ground truth does so)."""
+        return frozenset(doc["name"] for doc in self.docs_at(len(self.ground_truth)))
 
 
-def load_tasks(limit: int | None = None) -> list[BfclTask]:
-    """BFCL's ``multi_turn_base`` tasks in its id order: the first ``limit``, or all."""
+def load_tasks(limit: int | None = None, category: str = "multi_turn_base") -> list[BfclTask]:
+    """A BFCL v4 multi-turn category's tasks in its id order: the first ``limit``, or all."""
     bfcl = _bfcl()
-    file = f"BFCL_v4_{CATEGORY}.json"
+    if category not in CATEGORIES.values():
+        raise InterlockError(f"unknown BFCL multi-turn category {category!r}; choose from "
+                             f"{', '.join(CATEGORIES.values())}")
+    file = f"BFCL_v4_{category}.json"
     entries = sorted(_jsonl(bfcl.data / file), key=lambda e: int(e["id"].rsplit("_", 1)[1]))
     answers = {a["id"]: a["ground_truth"] for a in _jsonl(bfcl.data / "possible_answer" / file)}
     docs = {cls: _jsonl(bfcl.data / "multi_turn_func_doc" / name) for cls, name in bfcl.docs.items()}
-    tasks = []
-    for entry in entries if limit is None else entries[:limit]:
-        where = {"file": f"bfcl_eval/data/{file}", "item": entry["id"]}
-        truth = answers.get(entry["id"])
-        if truth is None or len(truth) != len(entry["question"]):
-            raise InterlockError("no ground truth with one list of calls per turn", **where)
-        if any(len(turn) != 1 or turn[0]["role"] != "user" for turn in entry["question"]):
-            raise InterlockError("a turn that is not one user message", **where)
-        tasks.append(BfclTask(entry, truth, [doc for cls in entry["involved_classes"] for doc in docs[cls]]))
-    return tasks
+    return [_task(entry, answers.get(entry["id"]),
+                  [doc for cls in entry["involved_classes"] for doc in docs[cls]],
+                  {"file": f"bfcl_eval/data/{file}", "item": entry["id"]})
+            for entry in (entries if limit is None else entries[:limit])]
+
+
+def _task(entry: dict, truth: list[list[str]] | None, docs: list[dict], where: dict) -> BfclTask:
+    """One entry checked against what the adapter relies on; held-out docs taken out of ``docs``."""
+    if truth is None or len(truth) != len(entry["question"]):
+        raise InterlockError("no ground truth with one list of calls per turn", **where)
+    missed = {int(turn): names for turn, names in entry.get("missed_function", {}).items()}
+    for turn, messages in enumerate(entry["question"]):
+        expected = 0 if turn in missed else 1  # a held-out turn has no user message of its own
+        if len(messages) != expected or any(m["role"] != "user" for m in messages):
+            raise InterlockError(f"turn {turn} is not {'empty' if expected == 0 else 'one user message'}",
+                                 **where)
+    by_name = {doc["name"]: doc for doc in docs}
+    unknown = sorted({name for names in missed.values() for name in names} - set(by_name))
+    if unknown:
+        raise InterlockError(f"held-out functions {', '.join(unknown)} are none of the entry's", **where)
+    held = {name for names in missed.values() for name in names}
+    return BfclTask(entry, truth, [doc for doc in docs if doc["name"] not in held],
+                    {turn: [by_name[name] for name in names] for turn, names in sorted(missed.items())})
 
 
 def bfcl_tool(doc: dict) -> dict:
@@ -207,24 +265,35 @@ def decoded_turns(messages: Sequence[Message], functions: frozenset[str]) -> lis
 
 # ----------------------------------------------------------------------------- the environment
 
+def bfcl_episode(rollout_id: str, task: BfclTask, pool: str, policy: str, attempt: int, seed: int) -> Episode:
+    """An episode on a BFCL task: BFCL's environment, under BFCL's limits only."""
+    return Episode(rollout_id, task, task.domain_id, pool, policy, attempt, seed,
+                   open_environment=BfclEnvironment, limits=LIMITS)
+
+
 class BfclEnvironment:
     """One episode on its own instances of BFCL's simulated APIs (see :class:`Environment
-    <interlock.rollout.engine.Environment>`); the episode's task is a :class:`BfclTask`."""
+    <interlock.rollout.engine.Environment>`); the episode's task is a :class:`BfclTask`. The tools
+    are the docs offered at the current user turn (held-out ones join at theirs)."""
 
     def __init__(self, episode: Episode, folder: Path) -> None:
         if not isinstance(episode.task, BfclTask):
             raise TypeError(f"a BFCL episode needs a BFCL task, not {type(episode.task).__name__}")
         self.task = episode.task
-        self.tools = tuple(bfcl_tool(doc) for doc in self.task.docs)
         self.model_name = _unique_name("episode")
         self.turn = 0
+        self.tools = self._tools()
         self.instances = self._run([])[1]
         self.initial = api_state(self.instances)
+
+    def _tools(self) -> tuple[dict, ...]:
+        return tuple(bfcl_tool(doc) for doc in self.task.docs_at(self.turn))
 
     def _run(self, calls: list[str]) -> tuple[list[str], dict]:
         entry = self.task.entry
         return _bfcl().utils.execute_multi_turn_func_call(
-            calls, entry["initial_config"], entry["involved_classes"], self.model_name, entry["id"])
+            calls, entry["initial_config"], entry["involved_classes"], self.model_name, entry["id"],
+            long_context=self.task.long_context)
 
     def opening(self) -> list[Message]:
         return [Message("system", SYSTEM_PROMPT), Message("user", self.task.user_turns[0])]
@@ -240,7 +309,10 @@ class BfclEnvironment:
     def next_user_message(self) -> Message | None:
         self.turn += 1
         turns = self.task.user_turns
-        return Message("user", turns[self.turn]) if self.turn < len(turns) else None
+        if self.turn >= len(turns):
+            return None
+        self.tools = self._tools()
+        return Message("user", turns[self.turn])
 
     def close(self) -> tuple[dict[str, str | None], list[dict]]:
         """Each API's final public state as JSON, and its attributes that changed."""
@@ -277,33 +349,34 @@ def _plain(value: object, enclosing: tuple[int, ...]) -> object:
 # ----------------------------------------------------------------------------- the benchmark
 
 class BfclMultiTurn:
-    """The :class:`~interlock.evaluation.benchmarks.Benchmark` over BFCL v4 ``multi_turn_base``."""
+    """The :class:`~interlock.evaluation.benchmarks.Benchmark` over one BFCL v4 multi-turn
+    category: the one its pool ``name`` runs (:data:`CATEGORIES`)."""
 
     def __init__(self, name: str = "bfcl", limit: int | None = None) -> None:
-        self.name = name
-        self.bfcl_tasks = load_tasks(limit)
+        if name not in CATEGORIES:
+            raise InterlockError(f"no BFCL category for pool {name!r}; the BFCL pools are "
+                                 f"{', '.join(CATEGORIES)}", field="eval.pools")
+        self.name, self.category = name, CATEGORIES[name]
+        self.bfcl_tasks = load_tasks(limit, self.category)
         self._by_id = {task.task_id: task for task in self.bfcl_tasks}
 
     def tasks(self) -> list[tuple[str, str]]:
         return [(task.task_id, task.domain_id) for task in self.bfcl_tasks]
 
     def identity(self) -> dict:
-        digest = hashlib.sha256(dumps([SYSTEM_PROMPT, STEP_LIMIT]).encode())
+        digest = hashlib.sha256(dumps([SYSTEM_PROMPT, ADDED_FUNCTIONS, dataclasses.asdict(LIMITS)]).encode())
         for task in self.bfcl_tasks:
-            digest.update(dumps([task.entry, task.ground_truth, task.docs]).encode())
-        return {"benchmark": f"bfcl/{CATEGORY}", "bfcl_eval": _bfcl().version, "tasks": len(self.bfcl_tasks),
-                "digest": digest.hexdigest()}
+            digest.update(dumps([task.entry, task.ground_truth, task.docs, task.held_out]).encode())
+        return {"benchmark": f"bfcl/{self.category}", "bfcl_eval": _bfcl().version,
+                "tasks": len(self.bfcl_tasks), "digest": digest.hexdigest()}
 
     def rollout(self, model: str, policy: str, backend: ChatBackend, settings: RunSettings, *,
                 out: Path, timings: Path, work: Path) -> None:
-        episodes = (Episode(rollout_id(model, task.task_id, attempt), task,
-                            task.domain_id, self.name, policy, attempt,
-                            episode_seed(settings.seed, task.task_id, attempt),
-                            open_environment=BfclEnvironment)
+        episodes = (bfcl_episode(rollout_id(model, task.task_id, attempt), task, self.name, policy, attempt,
+                                 episode_seed(settings.seed, task.task_id, attempt))
                     for task in self.bfcl_tasks for attempt in range(settings.attempts))
-        limits = dataclasses.replace(settings.limits, max_turns=STEP_LIMIT)
-        run_rollouts(episodes, backend, limits, total=len(self.bfcl_tasks) * settings.attempts, out=out,
-                     timings=timings, work=work, run_id="parts", batch_size=settings.batch_size)
+        run_rollouts(episodes, backend, settings.limits, total=len(self.bfcl_tasks) * settings.attempts,
+                     out=out, timings=timings, work=work, run_id="parts", batch_size=settings.batch_size)
 
     def grade(self, trajectories: Sequence[Trajectory]) -> list[EpisodeResult]:
         return [self._grade(trajectory) for trajectory in trajectories]
@@ -340,7 +413,7 @@ def _check(task: BfclTask, turns: list[list[list[str]]], truth: list[list[str]])
     """BFCL's multi-turn checker under a model name of its own, whose instances are dropped after."""
     name = _unique_name("check")
     try:
-        return _bfcl().checker(turns, truth, task.entry, CATEGORY, name)
+        return _bfcl().checker(turns, truth, task.entry, task.category, name)
     finally:
         _forget(name)
 

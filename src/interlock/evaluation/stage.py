@@ -3,8 +3,10 @@
 Each checkpoint under the models folder (the original, the demonstration SFT, RFT) is rolled out
 ``scale.evaluation.attempts`` times on every task of each pool, with the rollout limits of
 ``scale.rollouts`` and the backbone's generation settings: the admitted tasks of ``benchmark``
-(held-out domains only) or ``dev``, graded by the agent judge's compiled checks, and ``bfcl``, the
-first ``scale.evaluation.bfcl_tasks`` of BFCL v4 multi_turn_base, graded by BFCL's own checker.
+(held-out domains only) or ``dev``, graded by the agent judge's compiled checks, and the BFCL
+pools (``bfcl``: multi_turn_base; ``bfcl_miss_param``, ``bfcl_miss_func``, ``bfcl_long_context``),
+the first ``scale.evaluation.bfcl_tasks`` of that BFCL v4 multi-turn category each, graded by
+BFCL's own checker (one pool per category: BFCL's leaderboard columns).
 Writes the evaluation folder (trajectories, per-episode results, verdicts; deterministic), the
 measured seconds beside it, the metrics (per pool: metrics per model with bootstrap intervals,
 finish reasons, deltas against the first model with paired intervals), their headline (the
@@ -18,7 +20,7 @@ from interlock.core.io import write_json, write_tsv
 from interlock.core.paths import Paths
 from interlock.core.tracking import StageReport
 from interlock.evaluation.benchmarks import AdmittedPool, Benchmark, RunSettings
-from interlock.evaluation.bfcl import BfclMultiTurn
+from interlock.evaluation.bfcl import CATEGORIES, BfclMultiTurn
 from interlock.evaluation.metrics import headline
 from interlock.evaluation.run import checkpoint_models, run_evaluation
 from interlock.rollout.engine import RolloutLimits
@@ -26,10 +28,11 @@ from interlock.synthesis.tasks import load_domains
 
 
 def benchmarks_for(params: Params, paths: Paths) -> list[Benchmark]:
-    """One benchmark per name in ``eval.pools``, in that order: BFCL's adapter for ``bfcl``, else
-    the admitted tasks of the built-in pool of that name."""
+    """One benchmark per name in ``eval.pools``, in that order: BFCL's adapter for a BFCL pool (one
+    per multi-turn category, :data:`~interlock.evaluation.bfcl.CATEGORIES`), else the admitted
+    tasks of the built-in pool of that name."""
     catalog = load_domains(paths.domains)
-    return [BfclMultiTurn(pool, limit=params.scale.evaluation.bfcl_tasks) if pool == "bfcl"
+    return [BfclMultiTurn(pool, limit=params.scale.evaluation.bfcl_tasks) if pool in CATEGORIES
             else AdmittedPool.from_paths(paths, catalog, pool) for pool in params.eval.pools]
 
 

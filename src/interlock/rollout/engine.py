@@ -11,7 +11,8 @@ Both share everything an episode does (:func:`_start`, :func:`_request`, :func:`
 :func:`_finish`) and differ only in when requests go out, so for a deterministic backend they
 write the same trajectories. Each episode acts in its own :class:`Environment`: by default a
 fresh copy of its task's workspace on disk with the file tools (:class:`WorkspaceEnvironment`);
-an external benchmark brings its own (BFCL's simulated APIs). Every assistant turn may carry
+an external benchmark brings its own (BFCL's simulated APIs), with its own
+:class:`EpisodeLimits` (steps, calls a turn, clipping). Every assistant turn may carry
 several tool calls; malformed calls, unknown tools and bad arguments come back as error
 observations; a turn without calls ends the episode, or hands the agent the environment's next
 user message; every episode records why it ended.
@@ -59,9 +60,21 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class EpisodeLimits:
+    """What an environment lets one episode do: its rules, not the model's sampling. The workspace
+    tasks take theirs from the run's :class:`RolloutLimits`; an external benchmark brings its own
+    (BFCL's step limit, no call cap, no clipping), carried by its episodes (``Episode.limits``)."""
+
+    max_turns: int  # assistant turns per user message (per episode where there is one request)
+    max_calls_per_turn: int | None = None  # None: every call a turn writes runs
+    max_observation_chars: int | None = None  # longer tool outputs are clipped; None: never
+
+
+@dataclass(frozen=True)
 class RolloutLimits:
-    #: assistant turns per user message: per episode for a workspace task (one request), per user
-    #: turn where the environment hands out several (BFCL's step limit)
+    """A run's limits: how the model samples, and the workspace tasks' :class:`EpisodeLimits`."""
+
+    #: assistant turns per episode for a workspace task (one request)
     max_turns: int = 24
     max_new_tokens: int = 256  # per assistant turn
     max_calls_per_turn: int = 16
@@ -74,6 +87,11 @@ class RolloutLimits:
         rollouts stage and the evaluation roll out under the same ones."""
         return cls(max_turns=rollouts.max_turns, max_new_tokens=generation.max_new_tokens,
                    max_observation_chars=rollouts.max_observation_chars, temperature=generation.temperature)
+
+    @property
+    def episode(self) -> EpisodeLimits:
+        """The limits of an episode that brings none of its own (the workspace tasks')."""
+        return EpisodeLimits(self.max_turns, self.max_calls_per_turn, self.max_observation_chars)
 
 
 class Environment(Protocol):
@@ -152,6 +170,8 @@ class Episode:
     #: a conversation to continue instead of the environment's opening: its calls are run again
     #: first and its turns count towards the trajectory's (a correction continues a rollout)
     prefix: tuple[Message, ...] = ()
+    #: the environment's own limits; None: the run's (``RolloutLimits.episode``, the workspace tasks')
+    limits: EpisodeLimits | None = None
     environment: Environment | None = None
     turns: int = 0
     steps: int = 0  # assistant turns since the last user message
@@ -260,8 +280,9 @@ def _advance(episode: Episode, completion: Completion, limits: RolloutLimits) ->
         if completion.detail:
             log.warning("episode %s ended (%s): %s", episode.rollout_id, ending, completion.detail)
         return
-    _act(episode, completion.text, limits)
-    if episode.finish_reason is None and episode.steps >= limits.max_turns:
+    rules = episode.limits or limits.episode
+    _act(episode, completion.text, rules)
+    if episode.finish_reason is None and episode.steps >= rules.max_turns:
         episode.finish_reason = "max_turns"
 
 
@@ -272,15 +293,15 @@ def conversation_counts(messages: list[Message]) -> tuple[int, int, int]:
             sum(m.role == "tool" and m.content.startswith("error") for m in messages))
 
 
-def _act(episode: Episode, text: str, limits: RolloutLimits) -> None:
+def _act(episode: Episode, text: str, limits: EpisodeLimits) -> None:
     """Parse one assistant turn, run its calls, append the observations."""
     parsed = parse_turn(text)
-    calls = parsed.calls[:limits.max_calls_per_turn]
+    calls = parsed.calls[:limits.max_calls_per_turn]  # a None bound slices nothing off
     episode.messages.append(Message("assistant", parsed.content, calls))
     for problem in parsed.problems:
         episode.invalid_calls += 1
         episode.messages.append(Message("tool", f"error: {problem}", name="invalid"))
-    if len(parsed.calls) > limits.max_calls_per_turn:
+    if len(calls) < len(parsed.calls):
         episode.messages.append(Message("tool", f"error: at most {limits.max_calls_per_turn} tool calls "
                                                 "per turn; the rest were not run", name="invalid"))
     if not calls and not parsed.problems:
@@ -302,8 +323,8 @@ def _act(episode: Episode, text: str, limits: RolloutLimits) -> None:
             return
 
 
-def _clip(text: str, limit: int) -> str:
-    if len(text) <= limit:
+def _clip(text: str, limit: int | None) -> str:
+    if limit is None or len(text) <= limit:
         return text
     return text[:limit] + f"\n[... {len(text) - limit} more characters not shown]"
 
