@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
-import os
-import signal
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +29,8 @@ from interlock.models.loopback_server import (
 from interlock.models.openai_backend import MAX_REPLY_BYTES, OpenAIBackend
 from interlock.rollout.engine import RolloutLimits, run_episodes
 from interlock.rollout.runs import plan_episodes, run_rollouts
+
+from helpers.artifacts import kill_when_parts_are_written
 
 #: quick replies: the tests time behaviour, not throughput
 AGENT = ScriptedAgent(seed=5, median_tokens=8, sigma=1.0, first_token_s=0.002, seconds_per_token=0.0005)
@@ -264,15 +263,8 @@ def test_a_killed_async_run_resumes_without_losing_or_duplicating(contexts, tmp_
         _resumable(contexts, clean, tmp_path / "clean-work", server.urls)
 
         out, work = tmp_path / "resumed" / "trajectories.parquet", tmp_path / "work"
-        child = multiprocessing.get_context("fork").Process(target=_resumable,
-                                                            args=(contexts, out, work, server.urls))
-        child.start()
-        deadline = time.time() + 60
-        while len(list((work / "run").glob("part-*.parquet"))) < 3 and time.time() < deadline:
-            time.sleep(0.02)
-        os.kill(child.pid, signal.SIGKILL)
-        child.join()
-        assert list((work / "run").glob("part-*.parquet")) and not out.exists()
+        parts = kill_when_parts_are_written(_resumable, (contexts, out, work, server.urls), work / "run")
+        assert parts and not out.exists()
         summary = _resumable(contexts, out, work, server.urls)
     ids = [row["rollout_id"] for row in read_rows(out, schemas.TRAJECTORIES)]
     assert len(ids) == len(set(ids)) == 2 * len(contexts) == summary["episodes"]

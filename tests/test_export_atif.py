@@ -28,9 +28,9 @@ from interlock.export import atif
 from interlock.judging.stage import JUDGES, accepted_rollouts, mandatory_criteria, run_judge
 from interlock.rollout.runs import scripted_rollouts
 from interlock.rollout.trajectory import Trajectory
-from interlock.synthesis.packs import pack_rows
 from interlock.synthesis.tasks import TaskContext
 
+from helpers.artifacts import write_packs
 from helpers.repo import REPO
 
 ATIF_SCHEMA = json.loads((REPO / "tests" / "schemas" / "atif-v1.7.schema.json").read_text())
@@ -90,12 +90,7 @@ def judged_run(tasks, tmp_path_factory) -> tuple[Paths, list[Trajectory], Path]:
     root = tmp_path_factory.mktemp("artifacts") / "data"
     paths = repository_paths(REPO, data=root)
     chosen = tasks[:3]
-    with write_table_set(paths.packs, schemas.PACK_TABLES) as tables:
-        rows: dict[str, list[dict]] = {name: [] for name in schemas.PACK_TABLES}
-        for *_, pack in chosen:
-            for name, table_rows in pack_rows(pack).items():
-                rows[name] += table_rows
-        tables.write(rows)
+    write_packs(paths.packs, [pack for *_, pack in chosen])
     contexts = [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in chosen]
     rollouts = scripted_rollouts(contexts, POLICIES, seed=0, workdir=tmp_path_factory.mktemp("work"))
     with write_row_groups(paths.trajectories, schemas.TRAJECTORIES) as writer:

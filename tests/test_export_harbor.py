@@ -12,7 +12,6 @@ interlock's could write (links, FIFOs, huge files, malformed tables, look-alike 
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import os
 import shutil
@@ -31,17 +30,18 @@ from interlock.analysis.artifacts import repository_paths
 from interlock.analysis.cli import main
 from interlock.core import schemas
 from interlock.core.errors import InterlockError
-from interlock.core.io import write_table, write_table_set
+from interlock.core.io import write_table
 from interlock.export import harbor, verifier
 from interlock.export.bundle import bundle
 from interlock.review.controls import run_reference
 from interlock.rollout.runs import scripted_rollouts
 from interlock.rollout.scripted import ADVERSARIES
 from interlock.synthesis.checks import View, run_check
-from interlock.synthesis.packs import TaskPack, pack_rows
+from interlock.synthesis.packs import TaskPack
 from interlock.synthesis.tasks import TaskContext
 from interlock.synthesis.workspace import DirectoryStore, apply_changes, materialize
 
+from helpers.artifacts import loaded_script, write_packs
 from helpers.repo import REPO
 
 TASK_SCHEMA = json.loads((REPO / "tests" / "schemas" / "harbor-task-1.3.schema.json").read_text())
@@ -71,13 +71,8 @@ def bundled(exported):
     """The exported tests/verify.py loaded in this process (the same file in every task)."""
     scripts = {(folder / "tests" / "verify.py").read_text() for _, folder in exported.values()}
     assert len(scripts) == 1
-    path = next(iter(exported.values()))[1] / "tests" / "verify.py"
-    spec = importlib.util.spec_from_file_location("exported_verify", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with loaded_script(next(iter(exported.values()))[1] / "tests" / "verify.py", "exported_verify") as module:
+        yield module
 
 
 def bash(script: Path, env: dict[str, str], **extra: str) -> subprocess.CompletedProcess:
@@ -428,12 +423,7 @@ def data(tasks, tmp_path_factory) -> Path:
     """An artifacts folder holding the fixture tasks' packs, every one of them admitted."""
     root = tmp_path_factory.mktemp("artifacts") / "data"
     paths = repository_paths(REPO, data=root)
-    with write_table_set(paths.packs, schemas.PACK_TABLES) as tables:
-        rows: dict[str, list[dict]] = {name: [] for name in schemas.PACK_TABLES}
-        for *_, pack in tasks:
-            for name, table_rows in pack_rows(pack).items():
-                rows[name] += table_rows
-        tables.write(rows)
+    write_packs(paths.packs, [pack for *_, pack in tasks])
     write_table(paths.admitted, [{"task_id": p.task_id, "domain_id": p.domain_id, "pool": p.pool}
                                  for *_, p in tasks], schemas.REVIEW_TABLES["admitted"])
     return root

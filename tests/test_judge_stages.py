@@ -20,14 +20,14 @@ import yaml
 
 from interlock.core import schemas
 from interlock.core.config import SynthesisConfig, load_params, write_params
-from interlock.core.io import read_rows, write_row_groups, write_table, write_table_set
+from interlock.core.io import read_rows, write_row_groups, write_table
 from interlock.core.paths import Paths
 from interlock.judging.stage import run_accept, run_judge
 from interlock.recursive.stage import run_grow
 from interlock.rollout.runs import scripted_rollouts
-from interlock.synthesis.packs import pack_rows
 from interlock.synthesis.tasks import TaskContext
 
+from helpers.artifacts import write_packs
 from helpers.repo import commit, dvc, stages_run, tracked_copy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,12 +39,7 @@ def _write_pool(paths: Paths, tasks: list, policies: tuple[str, ...] = POLICIES)
     (empty) grown pool, which the judging stages read beside the packs."""
     base = yaml.safe_load((REPO / "conf" / "synthesis" / "base.yaml").read_text())
     run_grow(paths, None, SynthesisConfig.model_validate(base), 0)
-    with write_table_set(paths.packs, schemas.PACK_TABLES) as tables:
-        rows: dict[str, list[dict]] = {name: [] for name in schemas.PACK_TABLES}
-        for _, _, _, pack in tasks:
-            for name, table_rows in pack_rows(pack).items():
-                rows[name] += table_rows
-        tables.write(rows)
+    write_packs(paths.packs, [pack for *_, pack in tasks])
     contexts = [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in tasks]
     with tempfile.TemporaryDirectory() as workdir:
         made = scripted_rollouts(contexts, policies, seed=0, workdir=Path(workdir), skip_effect=1.0,

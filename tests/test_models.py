@@ -17,7 +17,6 @@ from interlock.core import schemas
 from interlock.core.chat import Message, ToolCall, parse_turn, render_turn
 from interlock.core.config import Params, compose_params, load_params, write_params
 from interlock.core.errors import InterlockError
-from interlock.core.io import write_table_set
 from interlock.core.runner import run_stage
 from interlock.models.chat_template import CHAT_TEMPLATE, openai_tools
 from interlock.models.checkpoint import (
@@ -31,8 +30,9 @@ from interlock.models.checkpoint import (
 )
 from interlock.models.stage import base_model, build_base
 from interlock.models.tiny import build_tiny, pack_texts
-from interlock.synthesis.packs import pack_rows
 from interlock.synthesis.workspace import TOOL_SPECS
+
+from helpers.artifacts import write_packs
 
 ROOT = Path(__file__).resolve().parents[1]
 CALLS = (ToolCall("list_files", {}), ToolCall("read_file", {"path": "policies/p.md"}))
@@ -245,12 +245,7 @@ def test_base_model_stage_at_the_smoke_scale(tmp_path, monkeypatch, tasks):
     write_params(ROOT / "conf", tmp_path / "params.yaml", ["experiment=smoke"])
     shutil.copy2(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
     paths = load_params(tmp_path / "params.yaml").paths.under(tmp_path)
-    with write_table_set(paths.packs, schemas.PACK_TABLES) as tables:
-        rows: dict[str, list[dict]] = {name: [] for name in schemas.PACK_TABLES}
-        for *_, pack in tasks:
-            for name, table_rows in pack_rows(pack).items():
-                rows[name] += table_rows
-        tables.write(rows)
+    write_packs(paths.packs, [pack for *_, pack in tasks])
     monkeypatch.chdir(tmp_path)
     run_stage("base_model", base_model)
     manifest = read_manifest(paths.base_model)

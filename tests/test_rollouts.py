@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import signal
 import time
 from pathlib import Path
 
@@ -20,6 +17,8 @@ from interlock.rollout.scripted import ADVERSARIES, ScriptedBackend
 from interlock.synthesis.checks import View, run_check
 from interlock.synthesis.tasks import TaskContext
 from interlock.synthesis.workspace import MemoryStore, apply_changes
+
+from helpers.artifacts import kill_when_parts_are_written
 
 
 def _contexts(tasks) -> list[TaskContext]:
@@ -137,14 +136,7 @@ def test_a_killed_run_resumes_without_losing_or_duplicating(tasks, tmp_path):
     _run(contexts, clean, tmp_path / "clean-work", slow=False)
 
     out, work = tmp_path / "resumed" / "trajectories.parquet", tmp_path / "work"
-    child = multiprocessing.get_context("fork").Process(target=_run, args=(contexts, out, work, True))
-    child.start()
-    deadline = time.time() + 60
-    while len(list((work / "run").glob("part-*.parquet"))) < 3 and time.time() < deadline:
-        time.sleep(0.02)
-    os.kill(child.pid, signal.SIGKILL)
-    child.join()
-    parts = list((work / "run").glob("part-*.parquet"))
+    parts = kill_when_parts_are_written(_run, (contexts, out, work, True), work / "run")
     assert parts and not out.exists(), "killed mid-run: parts on disk, no final table yet"
 
     summary = _run(contexts, out, work, slow=False)

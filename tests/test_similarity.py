@@ -241,11 +241,36 @@ def test_the_index_finds_what_nearest_neighbours_find_above_a_similarity(signatu
         found += answer[0] is not None
         index.add(signature)
     assert len(index) == len(pool) and found >= len(signatures)  # the near copies find their originals
+    # every task's nearest neighbour, kept as tasks were added, is what comparing them all says
+    assert index.nearest() == nearest_neighbours(pool, exact_below=len(pool) + 1)
     assert index.closest(pool[0], 1.0) == (0, 1.0)  # ties (original, exact copy) to the lower index
     with pytest.raises(ValueError, match="different seeds or sizes"):
         index.add(TaskSignature("other", minhash(["a"], num_perm=32), minhash(["b"], num_perm=32)))
     with pytest.raises(ValueError, match="bands"):
         SimilarityIndex(bands=5).add(pool[0])
+
+
+def test_past_its_exact_size_the_index_agrees_with_the_banded_nearest_neighbours(signatures):
+    """300 perturbed copies: with every task past the first compared through the bands, the
+    nearest neighbours kept as tasks were added are the banded ones; with all compared exactly,
+    the exact ones."""
+    rng = np.random.default_rng(2)
+
+    def perturbed(values):
+        values = values.copy()
+        hit = rng.random(len(values)) > 0.8
+        values[hit] = rng.integers(0, 2**63, int(hit.sum()), dtype=np.uint64)
+        return values
+
+    pool = [TaskSignature(f"t{k}", perturbed(s.structural), perturbed(s.textual))
+            for k in range(25) for s in signatures]
+    banded, exact = SimilarityIndex(exact_below=1), SimilarityIndex(exact_below=len(pool))
+    for signature in pool:
+        banded.add(signature)
+        exact.add(signature)
+    assert banded.nearest() == nearest_neighbours(pool, exact_below=0)
+    assert exact.nearest() == nearest_neighbours(pool, exact_below=len(pool) + 1)
+    assert SimilarityIndex().nearest() == [] and SimilarityIndex().closest(pool[0], 0.0) == (None, 0.0)
 
 
 def test_empty_and_singleton_pools(signatures):

@@ -5,8 +5,6 @@ speed target here)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,17 +14,15 @@ from interlock.rollout.runs import scripted_rollouts
 from interlock.synthesis.tasks import TaskContext
 from interlock.training.examples import encode_trajectories
 
+from helpers.artifacts import loaded_script
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "training_throughput.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("training_throughput", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    with loaded_script(SCRIPT, "training_throughput") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")

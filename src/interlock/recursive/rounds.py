@@ -25,7 +25,7 @@ import numpy as np
 
 from interlock.core.seeds import stable_seed
 from interlock.recursive.operators import OPERATORS, NotApplicable, Operator
-from interlock.recursive.similarity import SimilarityIndex, TaskSignature, nearest_neighbours, task_signature
+from interlock.recursive.similarity import SimilarityIndex, TaskSignature, task_signature
 from interlock.recursive.validation import Checked, Task, compile_task, validate
 from interlock.synthesis.blueprints import Blueprint
 from interlock.synthesis.catalog import Catalog
@@ -152,8 +152,6 @@ class Pool:
         self.index = SimilarityIndex()
         for member in self.members:
             self.index.add(member.signature)
-        self._nearest: list[tuple[int | None, float]] = []
-        self._nearest_of = -1  # the pool size the kept nearest neighbours are of
 
     def task(self, member: Member) -> Task:
         """The member compiled (kept for the round it is drawn in)."""
@@ -171,13 +169,9 @@ class Pool:
         self._compiled.clear()
 
     def nearest(self) -> list[tuple[int | None, float]]:
-        """Each member's nearest neighbour and similarity. Members are only ever appended, so the
-        answer is kept until the pool grows (a round's report and the next round's novelty
-        weights read the same pool)."""
-        if self._nearest_of != len(self.members):
-            self._nearest = nearest_neighbours([m.signature for m in self.members])
-            self._nearest_of = len(self.members)
-        return self._nearest
+        """Each member's nearest neighbour and similarity, kept up to date as members join
+        (:class:`~interlock.recursive.similarity.SimilarityIndex`)."""
+        return self.index.nearest()
 
 
 def parent_weights(pool: Pool, sampler: str, power: float) -> np.ndarray:

@@ -167,42 +167,100 @@ def nearest_neighbours(signatures: Sequence[TaskSignature], *, bands: int = 16,
 
 
 class SimilarityIndex:
-    """Signatures added one at a time, each queried for its closest indexed task at or above a
-    similarity, by the same LSH banding as :func:`nearest_neighbours` (so a pair of near
-    duplicates is found almost surely, and a query costs its bucket mates, not the pool).
+    """A pool's signatures, added one at a time, with every task's nearest neighbour kept up to
+    date, and queries for the closest task to a new one.
 
-    The rounds' novelty gate asks it, for every validated child, whether the pool already holds a
-    task that close."""
+    While the index holds fewer than ``exact_below`` tasks a new task is compared with all of
+    them; after that with the tasks it shares an LSH band with (:func:`nearest_neighbours`'s
+    banding), so an add or a query costs its bucket mates, never the pool, and memory is a row of
+    each sketch and a bucket entry per band per task. Near duplicates are found almost surely
+    either way. Ties go to the lower index, as in :func:`nearest_neighbours`, which gives the same
+    answer for a pool below ``exact_below`` and, above it, for every pair the banding finds.
+    The rounds keep one per pool: the novelty gate asks it about each validated child, and each
+    round's report and the novelty weights read its nearest neighbours without comparing the
+    whole pool again."""
 
-    def __init__(self, *, bands: int = 16, structural_weight: float = 0.5,
+    def __init__(self, *, bands: int = 16, exact_below: int = EXACT_BELOW, structural_weight: float = 0.5,
                  textual_weight: float = 0.5) -> None:
         self.bands = bands
+        self.exact_below = exact_below
         self.weights = (structural_weight, textual_weight)
-        self.signatures: list[TaskSignature] = []
         self._buckets: list[dict[bytes, list[int]]] = [defaultdict(list) for _ in range(bands)]
+        self._first: TaskSignature | None = None
+        self._size = 0
+        self._structural = self._textual = np.empty((0, 0), dtype=np.uint64)
+        self._best = np.empty(0, dtype=np.int64)  # each task's nearest neighbour (-1: none yet)
+        self._best_similarity = np.empty(0)
 
     def __len__(self) -> int:
-        return len(self.signatures)
+        return self._size
 
     def add(self, signature: TaskSignature) -> None:
-        if self.signatures:
-            _check_compatible([self.signatures[0], signature])
+        """Index one more task and update every nearest neighbour it changes."""
+        if self._first is None:
+            self._first = signature
+            width = signature.num_perm
+            self._structural = self._textual = np.empty((0, width), dtype=np.uint64)
+        _check_compatible([self._first, signature])
+        found, similarities = self._scored(signature)
+        new = self._size
+        if self._size == len(self._best):
+            self._grow()
+        self._structural[new], self._textual[new] = signature.structural, signature.textual
+        self._best[new], self._best_similarity[new] = -1, -1.0
+        if len(found):
+            closer = similarities > self._best_similarity[found]  # equal: the lower index stays
+            self._best[found[closer]] = new
+            self._best_similarity[found[closer]] = similarities[closer]
+            self._best[new], self._best_similarity[new] = self._top(found, similarities)
         for buckets, key in zip(self._buckets, self._keys(signature), strict=True):
-            buckets[key].append(len(self.signatures))
-        self.signatures.append(signature)
+            buckets[key].append(new)
+        self._size += 1
+
+    def nearest(self) -> list[tuple[int | None, float]]:
+        """Each task's nearest neighbour and their similarity, ``(None, 0.0)`` where it has none."""
+        return [(None, 0.0) if j < 0 else (int(j), float(v))
+                for j, v in zip(self._best[:self._size], self._best_similarity[:self._size], strict=True)]
 
     def closest(self, signature: TaskSignature, at_least: float) -> tuple[int | None, float]:
         """The indexed task most similar to ``signature`` (lowest index on ties) if that
         similarity is at least ``at_least``; otherwise ``(None, 0.0)``."""
-        found = sorted({i for buckets, key in zip(self._buckets, self._keys(signature), strict=True)
-                        for i in buckets.get(key, ())})
-        best: tuple[int | None, float] = (None, 0.0)
-        for i in found:
-            value = similarity(signature, self.signatures[i], structural_weight=self.weights[0],
-                               textual_weight=self.weights[1])
-            if value >= at_least and value > best[1]:
-                best = (i, value)
-        return best
+        if self._first is None:
+            return None, 0.0
+        _check_compatible([self._first, signature])
+        found, similarities = self._scored(signature)
+        if not len(found) or similarities.max() < at_least:
+            return None, 0.0
+        return self._top(found, similarities)
+
+    def _scored(self, signature: TaskSignature) -> tuple[np.ndarray, np.ndarray]:
+        """The tasks a new one is compared with, and its similarity to each."""
+        if self._size < self.exact_below:
+            found = np.arange(self._size)
+        else:
+            mates = [buckets.get(key, ()) for buckets, key in zip(self._buckets, self._keys(signature),
+                                                                  strict=True)]
+            found = np.unique(np.fromiter((i for m in mates for i in m), dtype=np.int64))
+        num_perm = signature.num_perm
+        s = (self._structural[found] == signature.structural).sum(axis=1) / num_perm
+        t = (self._textual[found] == signature.textual).sum(axis=1) / num_perm
+        return found, _combine(s, t, *self.weights)
+
+    @staticmethod
+    def _top(found: np.ndarray, similarities: np.ndarray) -> tuple[int, float]:
+        top = similarities.max()
+        return int(found[similarities == top].min()), float(top)
+
+    def _grow(self) -> None:
+        """Double the rows kept (amortized constant time an add)."""
+        rows = max(64, 2 * len(self._best))
+        width = self._structural.shape[1]
+        for name in ("_structural", "_textual"):
+            grown = np.empty((rows, width), dtype=np.uint64)
+            grown[:self._size] = getattr(self, name)[:self._size]
+            setattr(self, name, grown)
+        self._best = np.resize(self._best, rows)
+        self._best_similarity = np.resize(self._best_similarity, rows)
 
     def _keys(self, signature: TaskSignature) -> list[bytes]:
         rows = _band_rows(signature.num_perm, self.bands)
