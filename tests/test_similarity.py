@@ -89,6 +89,21 @@ def brute_force(signatures, **weights):
     return best
 
 
+def perturbed_copies(signatures, keeps, seed):
+    """Copies of the signatures, the k-th round of them with each sketch value kept with
+    probability ``keeps[k]`` (else replaced by a random one), ids ``t<k>``."""
+    rng = np.random.default_rng(seed)
+
+    def perturbed(values, keep):
+        values = values.copy()
+        hit = rng.random(len(values)) > keep
+        values[hit] = rng.integers(0, 2**63, int(hit.sum()), dtype=np.uint64)
+        return values
+
+    return [TaskSignature(f"t{k}", perturbed(s.structural, keep), perturbed(s.textual, keep))
+            for k, keep in enumerate(keeps) for s in signatures]
+
+
 def test_a_task_is_identical_to_itself_and_to_itself_renamed(blueprints, signatures, catalog):
     assert similarity(signatures[0], signatures[0]) == 1.0
     renamed = task_signature(*compiled(replace(blueprints[0], task_id="renamed.rft.9999"), catalog))
@@ -193,16 +208,7 @@ def test_lsh_nearest_neighbours_find_every_near_duplicate(twins, blueprints):
 def test_lsh_on_a_larger_pool_matches_exact_where_near_duplicates_exist(signatures):
     """300 perturbed copies of the real tasks (each value kept with probability 0.93): every
     task's best match is a near duplicate, and LSH finds the same as comparing every pair."""
-    rng = np.random.default_rng(0)
-
-    def perturbed(values):
-        values = values.copy()
-        hit = rng.random(len(values)) > 0.93
-        values[hit] = rng.integers(0, 2**63, int(hit.sum()), dtype=np.uint64)
-        return values
-
-    pool = [TaskSignature(f"t{k}", perturbed(s.structural), perturbed(s.textual))
-            for k in range(25) for s in signatures]
+    pool = perturbed_copies(signatures, [0.93] * 25, seed=0)
     assert len(pool) == 300
     lsh = nearest_neighbours(pool)
     assert lsh == nearest_neighbours(pool, exact_below=len(pool) + 1)
@@ -220,16 +226,7 @@ def test_lsh_reports_a_task_without_candidates_as_having_no_neighbour():
 def test_the_index_finds_what_nearest_neighbours_find_above_a_similarity(signatures):
     """Each perturbed copy queried against the ones before it: the index answers the closest at
     or above the threshold, exactly as comparing every pair does, and nothing below it."""
-    rng = np.random.default_rng(1)
-
-    def perturbed(values, keep):
-        values = values.copy()
-        hit = rng.random(len(values)) > keep
-        values[hit] = rng.integers(0, 2**63, int(hit.sum()), dtype=np.uint64)
-        return values
-
-    pool = [TaskSignature(f"t{k}", perturbed(s.structural, keep), perturbed(s.textual, keep))
-            for k, keep in enumerate((1.0, 0.97, 0.9, 0.6)) for s in signatures]
+    pool = perturbed_copies(signatures, (1.0, 0.97, 0.9, 0.6), seed=1)
     index = SimilarityIndex()
     found = 0
     for i, signature in enumerate(pool):
@@ -254,16 +251,7 @@ def test_past_its_exact_size_the_index_agrees_with_the_banded_nearest_neighbours
     """300 perturbed copies: with every task past the first compared through the bands, the
     nearest neighbours kept as tasks were added are the banded ones; with all compared exactly,
     the exact ones."""
-    rng = np.random.default_rng(2)
-
-    def perturbed(values):
-        values = values.copy()
-        hit = rng.random(len(values)) > 0.8
-        values[hit] = rng.integers(0, 2**63, int(hit.sum()), dtype=np.uint64)
-        return values
-
-    pool = [TaskSignature(f"t{k}", perturbed(s.structural), perturbed(s.textual))
-            for k in range(25) for s in signatures]
+    pool = perturbed_copies(signatures, [0.8] * 25, seed=2)
     banded, exact = SimilarityIndex(exact_below=1), SimilarityIndex(exact_below=len(pool))
     for signature in pool:
         banded.add(signature)
