@@ -29,8 +29,6 @@ from interlock.synthesis.packs import TaskPack
 
 #: below this many tasks :func:`nearest_neighbours` compares all pairs
 EXACT_BELOW = 200
-#: candidate pairs scored at once (bounds the memory of the LSH path)
-_CHUNK = 32768
 _EMPTY = np.iinfo(np.uint64).max
 _WORD = re.compile(r"[a-z0-9]+")
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -154,16 +152,11 @@ def nearest_neighbours(signatures: Sequence[TaskSignature], *, bands: int = 16,
     probability ``1 - (1 - (s*t)**r)**bands`` (with the defaults: 0.9999 at s = t = 0.9, 0.6 at
     0.7): near duplicates almost surely, pairs far apart rarely. A task with no candidate has no
     near neighbour and is reported as ``(None, 0.0)``, as is the only task of a pool of one."""
-    _check_compatible(signatures)
-    weights = (structural_weight, textual_weight)
-    n = len(signatures)
-    if n < 2:
-        return [(None, 0.0)] * n
-    structural = np.stack([s.structural for s in signatures])
-    textual = np.stack([s.textual for s in signatures])
-    if n < exact_below:
-        return _exact(structural, textual, weights)
-    return _banded(structural, textual, bands, weights)
+    index = SimilarityIndex(bands=bands, exact_below=len(signatures) if len(signatures) < exact_below else 1,
+                            structural_weight=structural_weight, textual_weight=textual_weight)
+    for signature in signatures:
+        index.add(signature)
+    return index.nearest()
 
 
 class SimilarityIndex:
@@ -171,11 +164,12 @@ class SimilarityIndex:
     date, and queries for the closest task to a new one.
 
     While the index holds fewer than ``exact_below`` tasks a new task is compared with all of
-    them; after that with the tasks it shares an LSH band with (:func:`nearest_neighbours`'s
-    banding), so an add or a query costs its bucket mates, never the pool, and memory is a row of
+    them; after that with the tasks it shares an LSH band with (the banding
+    :func:`nearest_neighbours` describes), so an add or a query costs its bucket mates, never the
+    pool, and memory is a row of
     each sketch and a bucket entry per band per task. Near duplicates are found almost surely
-    either way. Ties go to the lower index, as in :func:`nearest_neighbours`, which gives the same
-    answer for a pool below ``exact_below`` and, above it, for every pair the banding finds.
+    either way. Ties go to the lower index. :func:`nearest_neighbours` is this index built over a
+    whole pool at once.
     The rounds keep one per pool: the novelty gate asks it about each validated child, and each
     round's report and the novelty weights read its nearest neighbours without comparing the
     whole pool again."""
@@ -273,52 +267,6 @@ def _band_rows(num_perm: int, bands: int) -> int:
     if bands < 1 or num_perm % bands:
         raise ValueError(f"bands must divide num_perm ({num_perm}), not {bands}")
     return num_perm // bands
-
-
-def _exact(structural: np.ndarray, textual: np.ndarray, weights: tuple[float, float]) -> list:
-    """All pairs compared; ties go to the lower index (argmax keeps the first maximum)."""
-    n, num_perm = structural.shape
-    s = (structural[:, None, :] == structural[None, :, :]).sum(axis=2) / num_perm
-    t = (textual[:, None, :] == textual[None, :, :]).sum(axis=2) / num_perm
-    sims = _combine(s, t, *weights)
-    np.fill_diagonal(sims, -1.0)
-    best = sims.argmax(axis=1)
-    return [(int(j), float(sims[i, j])) for i, j in enumerate(best)]
-
-
-def _banded(structural: np.ndarray, textual: np.ndarray, bands: int, weights: tuple[float, float]) -> list:
-    n, num_perm = structural.shape
-    rows = _band_rows(num_perm, bands)
-    pairs = []
-    for band in range(bands):
-        part = slice(band * rows, (band + 1) * rows)
-        keys = np.ascontiguousarray(np.hstack([structural[:, part], textual[:, part]]))
-        _, bucket = np.unique(keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel(), return_inverse=True)
-        order = np.argsort(bucket, kind="stable")
-        bounds = np.flatnonzero(np.diff(bucket[order])) + 1
-        for members in np.split(order, bounds):
-            if len(members) > 1:
-                i, j = np.triu_indices(len(members), 1)
-                pairs.append(members[i].astype(np.int64) * n + members[j])
-    best = [(None, 0.0)] * n
-    if not pairs:
-        return best
-    keys = np.unique(np.concatenate(pairs))
-    first, second = keys // n, keys % n
-    sims = np.empty(len(keys))
-    for start in range(0, len(keys), _CHUNK):
-        i, j = first[start:start + _CHUNK], second[start:start + _CHUNK]
-        s = (structural[i] == structural[j]).sum(axis=1) / num_perm
-        t = (textual[i] == textual[j]).sum(axis=1) / num_perm
-        sims[start:start + _CHUNK] = _combine(s, t, *weights)
-    task = np.concatenate([first, second])
-    other = np.concatenate([second, first])
-    sims = np.concatenate([sims, sims])
-    order = np.lexsort((other, -sims, task))  # by task, then highest similarity, then lowest index
-    tasks, at = np.unique(task[order], return_index=True)
-    for i, k in zip(tasks, order[at], strict=True):
-        best[int(i)] = (int(other[k]), float(sims[k]))
-    return best
 
 
 def tail_share(similarities: Iterable[float], threshold: float) -> float:
