@@ -10,10 +10,15 @@ checks on its own replay of the transcript, in the sandbox) and the credulous te
 work and adds only its attack, so the attack alone is what can fail it
 (:mod:`interlock.rollout.scripted`).
 
+Then the forged records (:mod:`interlock.rollout.forgeries`): the oracle's episodes with the
+record changed around its own turns (a tool result, the request, the system prompt, a user turn,
+the ending, the counts), which the agent judge must refuse while the credulous text judge takes
+them.
+
 Then the false rejects on correct work, correct by construction rather than by any judge's
 checks: the oracle's rollouts, and the noisy solver's (``--attempts`` per task) whose plan skipped
 no effect and ignored no coupling (:func:`interlock.rollout.scripted.noisy_gap`). Exits with 1
-where the agent judge accepts an adversary or rejects correct work.
+where the agent judge accepts an adversary or a forged record, or rejects correct work.
 
 ``--data`` is a data folder with the ``domains``, ``graphs``, ``packs`` and ``review`` stages'
 artifacts; when they are not all there it synthesizes the default scale's tasks into a temporary
@@ -35,6 +40,7 @@ from interlock.analysis.artifacts import repository_paths
 from interlock.judging.agent import AgentJudge
 from interlock.judging.text import TextJudge
 from interlock.judging.verdicts import accepted
+from interlock.rollout.forgeries import FORGERIES
 from interlock.rollout.runs import scripted_rollouts
 from interlock.rollout.scripted import ADVERSARIES, ScriptedBackend, noisy_gap
 from interlock.rollout.trajectory import Trajectory
@@ -71,10 +77,13 @@ def main(argv: list[str] | None = None) -> dict:
                     for name, judge in judges.items()}
 
         work = Path(tmp) / "rollouts"
-        suite = {}
+        suite, honest = {}, []
         for policy in ("oracle", *ADVERSARIES):
             trajectories = scripted_rollouts(contexts, [policy], seed=0, workdir=work)
             suite[policy] = {"rollouts": len(trajectories), **accepts(trajectories)}
+            honest = honest or trajectories  # the oracle's, played first
+        forged = {name: {"rollouts": len(honest), **accepts([forgery(t, tasks[t.task_id]) for t in honest])}
+                  for name, forgery in FORGERIES.items()}
         noisy = scripted_rollouts(contexts, ["noisy"], seed=0, workdir=work, attempts=args.attempts, **rates)
         solver = ScriptedBackend("noisy", seed=0, **rates)
         correct = [t for t in noisy if noisy_gap(tasks[t.task_id], solver.rng(t.rollout_id), rates).complete]
@@ -88,15 +97,20 @@ def main(argv: list[str] | None = None) -> dict:
     total = oracle["rollouts"] + len(correct)
     rate = {j: (rejects["oracle"][j] + rejects["noisy"][j]) / total for j in JUDGES}
     source = str(data.data) if ready else "the default scale, synthesized"
-    result = {"tasks": len(contexts), "data": source, "suite": suite,
+    result = {"tasks": len(contexts), "data": source, "suite": suite, "forged": forged,
               "false_rejects": {**rejects, "correct": total, "rate": rate}}
     result["ok"] = (oracle["agent"] == oracle["rollouts"] and rate["agent"] == 0
-                    and not any(suite[name]["agent"] for name in ADVERSARIES))
+                    and not any(suite[name]["agent"] for name in ADVERSARIES)
+                    and not any(row["agent"] for row in forged.values()))
 
     print(f"{len(contexts)} admitted rft tasks from {source}\n")
     print("| solver | rollouts | agent judge accepts | text judge accepts |\n|---|---:|---:|---:|")
     for policy, row in suite.items():
         print(f"| {policy} | {row['rollouts']} | {row['agent']} | {row['text']} |")
+    print("\nForged records (the oracle's episodes, the record changed around its own turns):\n")
+    print("| forgery | rollouts | agent judge accepts | text judge accepts |\n|---|---:|---:|---:|")
+    for name, row in forged.items():
+        print(f"| {name} | {row['rollouts']} | {row['agent']} | {row['text']} |")
     print("\nFalse rejects on correct work (correct by construction, not by any judge's checks):\n")
     print("| correct work | rollouts | agent judge rejects | text judge rejects |\n|---|---:|---:|---:|")
     print(f"| oracle | {oracle['rollouts']} | {rejects['oracle']['agent']} | {rejects['oracle']['text']} |")

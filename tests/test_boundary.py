@@ -400,7 +400,7 @@ def test_without_a_boundary_model_written_checks_refuse(monkeypatch, tmp_path: P
     try:
         assert sandbox.boundary_mode().detail == "forced off by the test"
         result = run_script("print('it ran')", workspace, TIGHT)
-        review = InspectionEnvironment("criterion", workspace, TIGHT).execute(
+        review = InspectionEnvironment("criterion", workspace, TIGHT, "rollout", "C1").execute(
             ToolCall("run_check_script", {"code": "pass"}))
     finally:
         sandbox.boundary_mode.cache_clear()

@@ -90,8 +90,9 @@ def grade(folder: Path, workspace: Path, logs: Path, env: dict[str, str]) -> tup
 
 
 def interlock_results(pack: TaskPack, root: Path) -> dict[str, tuple[bool, str] | str]:
-    """Interlock's own checks on a folder, as the agent judge runs them (an exception by name)."""
-    view = View(DirectoryStore(root))
+    """Interlock's own checks on a folder, as the agent judge runs them on a finished episode (an
+    exception by name): Harbor runs its verifier when the agent is done."""
+    view = View(DirectoryStore(root), submitted=True)
     results: dict[str, tuple[bool, str] | str] = {}
     for criterion in pack.rubric:
         try:
@@ -283,8 +284,9 @@ def test_export_refuses_a_task_it_cannot_ship(tasks):
 # ----------------------------------------------------------------------------- the same results as interlock
 
 def test_the_verifier_agrees_with_interlock_on_every_scripted_solver(tasks, bundled, exported, tmp_path):
-    """The oracle, the noisy solver, the two no-work controls and the seventeen adversaries on
-    every fixture task: every criterion, every reward."""
+    """The oracle, the noisy solver, the two no-work controls and every adversary on every fixture
+    task: every criterion, every reward (of the final state: what a verifier of the final
+    workspace can see; the agent judge also replays the episode)."""
     contexts = [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in tasks]
     rollouts = scripted_rollouts(contexts, ("oracle", "noisy", *ADVERSARIES), seed=0, workdir=tmp_path / "w")
     rewards = {0: 0, 1: 0}

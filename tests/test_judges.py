@@ -3,7 +3,9 @@
 Rollouts are made by the rollout engine playing scripted solvers on each task (the oracle, a
 noisy solver that skips every effect, adversaries; a few tests edit a solver's plan), so the
 truth is known without a model. The LLM paths are driven by a small fake
-:class:`~interlock.core.backend.ChatBackend` defined here: canned answers, real parsing.
+:class:`~interlock.core.backend.ChatBackend` defined here: canned answers (in the structure a
+model judge must answer in, :func:`answer`), real parsing. The attacks on that structure are in
+``test_model_judges.py``.
 """
 
 from __future__ import annotations
@@ -21,15 +23,24 @@ from interlock.core.chat import Message, ToolCall
 from interlock.judging.agent import AgentJudge
 from interlock.judging.metrics import JudgeStats
 from interlock.judging.sandbox import Limits
-from interlock.judging.text import TextJudge, believed_path, claimed_files, parse_answer
-from interlock.judging.verdicts import QUOTE, accepted, judging_problems, render_transcript
-from interlock.rollout.engine import RolloutLimits, run_episodes
+from interlock.judging.text import NO_VERDICT, TextJudge, believed_path, claimed_files
+from interlock.judging.verdicts import (
+    QUOTE,
+    AnswerForm,
+    Refused,
+    accepted,
+    judging_problems,
+    render_transcript,
+)
+from interlock.rollout.engine import RolloutLimits, WorkspaceEnvironment, reenacted_trajectory, run_episodes
 from interlock.rollout.runs import plan_episodes, scripted_rollouts
 from interlock.rollout.scripted import PLANTED, ScriptedBackend, Turn
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.kinds.effects import REGISTER_PATH
 from interlock.synthesis.oracle import oracle_calls
 from interlock.synthesis.tasks import TaskContext
+
+from helpers.judges import json_objects, prompt_text
 
 #: one rollout of each per task: the truth, effects never written (success claimed), success
 #: claimed without any work, and the work plus records no decision required
@@ -81,6 +92,15 @@ def closing(text: str) -> Callable[[TaskContext, list[Turn]], list[Turn]]:
 
 def _kinds(pack) -> dict[str, str]:
     return {c.criterion_id: c.kind for c in pack.rubric}
+
+
+def answer(request: ChatRequest, verdict: Callable[[str], bool] | bool, reason: str = "") -> str:
+    """The answer the judge asked for in ``request`` (the nonce and criteria of its instructions,
+    the last example in its prompt): ``verdict`` for each criterion id."""
+    asked = json.loads(json_objects(prompt_text(request))[-1])
+    verdicts = {cid: verdict(cid) if callable(verdict) else verdict for cid in asked["verdicts"]}
+    extra = {"reason": reason} if reason else {}
+    return json.dumps({"nonce": asked["nonce"], "verdicts": verdicts, **extra})
 
 
 class FakeBackend:
@@ -165,13 +185,13 @@ def test_a_specific_claim_passes_only_its_own_criterion(contexts, tmp_path: Path
     assert not all(TextJudge().judge([(negated, pack)])[0].passed.values())
 
 
-def test_claim_only_fails_everything_but_the_guard_under_the_agent_judge(agent_judge, packs,
-                                                                          rollouts) -> None:
+def test_claim_only_fails_everything_but_the_guard_and_its_submit_under_the_agent_judge(
+        agent_judge, packs, rollouts) -> None:
     for pack, trajectory in zip(packs, rollouts["claim_only"], strict=True):
         assert trajectory.policy == "claim_only" and trajectory.final_files == {}
         by_agent = agent_judge.judge([(trajectory, pack)])[0]
         kinds = _kinds(pack)
-        assert {kinds[c] for c, ok in by_agent.passed.items() if ok} == {"no_collateral"}
+        assert {kinds[c] for c, ok in by_agent.passed.items() if ok} == {"no_collateral", "submit"}
         assert all(TextJudge().judge([(trajectory, pack)])[0].passed.values())
 
 
@@ -263,13 +283,13 @@ def test_planted_verifiers_change_nothing(agent_judge, contexts, tmp_path: Path)
     planted = set(PLANTED)
     assert planted <= set(trajectory.final_files)
 
-    def unplant(message: Message) -> Message:
-        calls = tuple(c for c in message.tool_calls if c.arguments.get("path") not in planted)
-        return dataclasses.replace(message, tool_calls=calls)
-
-    unplanted = dataclasses.replace(trajectory, rollout_id="unplanted", messages=[
-        unplant(m) for m in trajectory.messages], final_files={
-        p: text for p, text in trajectory.final_files.items() if p not in planted})
+    # the same record without the planting turn, as the engine records it
+    planting = next(i for i, m in enumerate(trajectory.messages)
+                    if m.role == "assistant" and {c.arguments.get("path") for c in m.tool_calls} == planted)
+    kept = [m for i, m in enumerate(trajectory.messages) if i != planting]
+    unplanted = reenacted_trajectory(dataclasses.replace(trajectory, rollout_id="unplanted", messages=kept),
+                                     WorkspaceEnvironment(pack, tmp_path / "unplanted"),
+                                     RolloutLimits().episode)
     judgement, clean = agent_judge.judge([(trajectory, pack), (unplanted, pack)])
     assert not accepted(judgement.passed, pack.rubric)
     assert {c["file"] for c in judgement.collateral} == planted and clean.collateral == []
@@ -288,7 +308,7 @@ def test_a_transcript_is_judged_by_what_its_calls_do_not_by_the_state_stored_bes
     pack, oracle = packs[0], rollouts["oracle"][0]
     submit_only = dataclasses.replace(oracle, rollout_id="submit-only", messages=[
         *oracle.messages[:2], Message("assistant", "Done.", (ToolCall("submit", {}),)),
-        Message("tool", "submitted", name="submit")])
+        Message("tool", "submitted", name="submit")], turns=1, tool_calls=1, invalid_calls=0)
     stowaways = dataclasses.replace(oracle, rollout_id="stowaways", final_files={
         **oracle.final_files, "../../../escaped-by-judge.txt": "x", "/tmp/escaped-by-judge.txt": "x"})
     judged = agent_judge.judge([(oracle, pack), (submit_only, pack), (stowaways, pack)])
@@ -298,7 +318,7 @@ def test_a_transcript_is_judged_by_what_its_calls_do_not_by_the_state_stored_bes
         assert all(v["evidence"].startswith("replay: the recorded final state disagrees") and named in
                    v["evidence"] for v in judgement.verdicts)
         assert len(judging_problems(judgement, pack.rubric)) == len(pack.rubric)
-    assert judged[2].compiled == judged[0].compiled  # what the calls made is the oracle's state
+    assert not any(judged[2].compiled.values())  # a record the environment did not produce is true of nothing
     assert not Path("/tmp/escaped-by-judge.txt").exists()
     assert not (agent_judge.scratch.parent / "escaped-by-judge.txt").exists()
     agent_judge.flush()
@@ -318,7 +338,7 @@ def test_an_agent_judge_with_a_model_can_fail_a_passing_criterion(packs, rollout
                         {"name": "run_check_script", "arguments": {"code": script}}) + "</tool_call>")
         observed = [m.content for m in request.messages if m.role == "tool"]
         assert "case_id" in observed[0] and observed[1].startswith("FAILED")
-        return "The register is wrong.\nVERDICT: FAIL my script found a problem"
+        return answer(request, False, "my script found a problem")
 
     backend = FakeBackend(reply, tokens=7)
     trajectory = rollouts["oracle"][0]
@@ -336,7 +356,7 @@ def test_an_agent_judge_with_a_model_can_fail_a_passing_criterion(packs, rollout
 def test_an_agent_judge_with_a_model_never_passes_a_failing_criterion(packs, rollouts) -> None:
     pack = packs[0]
     trajectory = rollouts["noisy"][0]  # effects skipped
-    backend = FakeBackend(lambda r: "VERDICT: PASS looks fine to me")
+    backend = FakeBackend(lambda r: answer(r, True, "looks fine to me"))
     with AgentJudge(workers=1, backend=backend) as judge:
         judgement = judge.judge([(trajectory, pack)])[0]
     assert judgement.passed == judgement.compiled
@@ -359,27 +379,31 @@ def test_a_text_judge_with_a_model(packs, rollouts) -> None:
         prompt = request.messages[-1].content
         assert "Transcript:" in prompt and all(f"- {cid}:" in prompt for cid in ids)
         assert "ASSISTANT:" in prompt and f"{QUOTE}< tool_call>" in prompt  # the agent's calls, quoted
-        return "Here you go:\n```json\n" + json.dumps({cid: cid != ids[0] for cid in ids}) + "\n```"
+        return "```json\n" + answer(request, lambda cid: cid != ids[0]) + "\n```\n"
 
     backend = FakeBackend(reply, tokens=11)
     judgement = TextJudge(backend).judge([(trajectory, pack)])[0]
     assert judgement.passed == {cid: cid != ids[0] for cid in ids}
     assert judgement.output_tokens == 11 and sum(judgement.criterion_tokens.values()) == 11
-    garbage = TextJudge(FakeBackend(lambda r: "I think it is fine")).judge([(trajectory, pack)])[0]
-    assert not any(garbage.passed.values())
-    assert all(v["evidence"] == "no parseable verdict from the model" for v in garbage.verdicts)
+    assert all(v["evidence"] == f"model: {'not met' if v['criterion_id'] == ids[0] else 'met'}"
+               for v in judgement.verdicts)
+    for reply in ("I think it is fine", "Here you go: " + answer(backend.requests[0], True)):
+        garbage = TextJudge(FakeBackend(lambda r, reply=reply: reply)).judge([(trajectory, pack)])[0]
+        assert not any(garbage.passed.values())
+        assert all(v["evidence"].startswith(NO_VERDICT) for v in garbage.verdicts)
 
 
-def test_parse_answer_is_robust() -> None:
-    ids = ["C1", "C2", "C3"]
-    assert parse_answer('{"C1": true, "C2": "fail", "C3": "PASS"}', ids) == {"C1": True, "C2": False,
-                                                                             "C3": True}
-    assert parse_answer('[{"criterion_id": "c1", "passed": false}, {"criterion_id": "C2", '
-                        '"verdict": "pass"}]', ids) == {"C1": False, "C2": True}
-    assert parse_answer("C1: PASS\nC2 - fail\nC3 = yes", ids) == {"C1": True, "C2": False, "C3": True}
-    assert parse_answer('{"verdicts": {"C1": 1, "C2": 0}} and {"C3": "maybe"}', ids) == {"C1": True,
-                                                                                         "C2": False}
-    assert parse_answer("{not json", ids) == {} and parse_answer("", ids) == {}
+def test_only_the_structure_is_an_answer() -> None:
+    """What the lenient parser once read (a bare object, lists of rows, ``C1: PASS`` lines, a
+    nested object beside another) is no answer; the structure, with this request's nonce, is."""
+    form = AnswerForm.of("text-judge/r", ["C1", "C2", "C3"], "Transcript: ...")
+    for text in ('{"C1": true, "C2": "fail", "C3": "PASS"}', "C1: PASS\nC2 - fail\nC3 = yes",
+                 '[{"criterion_id": "C1", "passed": false}, {"criterion_id": "C2", "verdict": "pass"}]',
+                 '{"verdicts": {"C1": 1, "C2": 0}} and {"C3": "maybe"}', "{not json", ""):
+        with pytest.raises(Refused):
+            form.parse(text)
+    text = json.dumps({"nonce": form.nonce, "verdicts": {"C1": True, "C2": False, "C3": True}})
+    assert form.parse(text).verdicts == {"C1": True, "C2": False, "C3": True}
 
 
 # ----------------------------------------------------------------------------- forged markers
@@ -423,15 +447,14 @@ def test_the_text_judges_model_reads_the_forgery_quoted(packs, rollouts) -> None
     assert "<|im_start|>" not in prompt and "\nVERDICT: PASS" not in prompt
 
 
-def test_the_agent_judges_model_reads_the_workspace_quoted(packs, rollouts) -> None:
+def test_the_agent_judges_model_reads_the_workspace_quoted(contexts, packs, tmp_path: Path) -> None:
     """The agent writes the forgery into a file: it reaches the model's review through the diff
     and through read_file, quoted both times, and a verdict inside it is never the judge's."""
-    pack, oracle = packs[0], rollouts["oracle"][0]
+    pack = packs[0]
     note = ToolCall("write_file", {"path": "out/notes.txt", "content": FORGED})
-    trajectory = dataclasses.replace(oracle, messages=[
-        *oracle.messages[:-2], Message("assistant", "", (note,)),
-        Message("tool", "written", name="write_file"), *oracle.messages[-2:]],
-        final_files={**oracle.final_files, "out/notes.txt": FORGED})
+    noting = Edited("oracle", lambda task, turns: [*turns[:-1], ("", [note]), turns[-1]])
+    trajectory = play(contexts[0], noting, tmp_path, "noted")
+    assert trajectory.final_files["out/notes.txt"] == FORGED
 
     def reply(request: ChatRequest) -> str:
         if request.messages[-1].role == "user":
@@ -496,7 +519,7 @@ def test_both_judges_run_with_a_real_model(packs, rollouts, tiny_checkpoint) -> 
     items = [(rollouts["noisy"][0], packs[0])]  # effects skipped: some criteria pass, some fail
     text = TextJudge(backend).judge(items)[0]
     assert text.output_tokens > 0 and not any(text.passed.values())
-    assert {v["evidence"] for v in text.verdicts} == {"no parseable verdict from the model"}
+    assert all(v["evidence"].startswith(NO_VERDICT) for v in text.verdicts)
     with AgentJudge(workers=1, backend=backend, max_turns=2, max_new_tokens=24) as judge:
         agent = judge.judge(items)[0]
     reviewed = {cid for cid, tokens in agent.criterion_tokens.items() if tokens}

@@ -79,7 +79,7 @@ def test_template_renders_turns_tools_and_calls_as_the_protocol_writes_them(toke
             assert block in text
             parsed = parse_turn(render_turn(message.content, message.tool_calls))
             assert parsed.calls == message.tool_calls and not parsed.problems
-            assert parsed.content == message.content.strip()
+            assert parsed.remainder() == message.content.strip()
         elif message.role == "tool":
             assert f"<|im_start|>tool\n{message.content}<|im_end|>\n" in text
     assert text.endswith("<|im_start|>assistant\nFinished.<|im_end|>\n")

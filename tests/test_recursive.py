@@ -44,7 +44,7 @@ from interlock.recursive.operators import OPERATORS, NotApplicable, Rewrite
 from interlock.recursive.similarity import similarity, tail_share
 from interlock.recursive.stage import PLOT_COLUMNS, run_grow
 from interlock.recursive.validation import Task, compile_task, validate
-from interlock.review.controls import reference_calls, run_reference
+from interlock.review.controls import reference_calls, run_reference, submitted
 from interlock.review.static import review_pack
 from interlock.synthesis.blueprints import Blueprint, generate_blueprints, make_blueprint, sample_subject
 from interlock.synthesis.catalog import Catalog, Domain, load_catalog
@@ -142,8 +142,8 @@ def applied(pool):
 def keyed_results(parent: TaskPack, child: Task) -> dict[str, tuple[Criterion, bool, str]]:
     """The parent's reference solution replayed on the child's initial workspace: each child
     criterion (by stable key) with whether it passes."""
-    _, final = replay(child.pack.files, reference_calls(parent))
-    view, keys = View(final), element_keys(child.graph)
+    steps, final = replay(child.pack.files, reference_calls(parent))
+    view, keys = View(final, submitted=submitted(steps)), element_keys(child.graph)
     results = {}
     for criterion in child.pack.rubric:
         key = criterion_key(criterion.kind, [keys.get(i, i) for i in criterion.node_ids])

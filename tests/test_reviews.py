@@ -204,7 +204,7 @@ def test_every_mandatory_check_fails_on_its_own_mutants(tasks):
                                                           if c.kind == "coupling"}, domain.id
         assert all(r["killed"] for r in rows if r["killed"] is not None), domain.id
         kinds = {r["kind"] for r in rows if r["killed"]}
-        assert {"primary", "realization", "no_collateral"} <= kinds, domain.id
+        assert {"primary", "realization", "no_collateral", "submit"} <= kinds, domain.id
 
 
 def _binding_coupling(tasks, kind: str):
@@ -252,10 +252,22 @@ def test_mutation_controls_refuse_a_primary_check_blind_to_the_outcome(tasks):
                for reason in verdict["reasons"]), verdict["reasons"]
 
 
+def test_mutation_controls_refuse_a_submit_check_that_reads_nothing(tasks):
+    """The submit criterion's check must fail the whole work left unsubmitted."""
+    domain, _, graph, pack = copy.deepcopy(tasks[0])
+    submit = next(c for c in pack.rubric if c.kind == "submit")
+    pack.checks[submit.criterion_id] = copy.deepcopy(next(pack.checks[c.criterion_id] for c in pack.rubric
+                                                          if c.kind == "no_collateral"))
+    verdict = review_pack(graph, pack, domain)["verdicts"][0]
+    assert not verdict["admitted"]
+    assert any(f"{submit.criterion_id} (submit) passes on its mutant 'the whole work, never submitted'" in r
+               for r in verdict["reasons"]), verdict["reasons"]
+
+
 def test_kill_rates_by_criterion_kind(tasks):
     rows = [r for domain, _, graph, pack in tasks for r in _mutations(domain, graph, pack)]
     rates = kill_rates(rows)
-    assert set(rates) == {"primary", "realization", "coupling", "no_collateral"}
+    assert set(rates) == {"primary", "realization", "coupling", "no_collateral", "submit"}
     for kind, figures in rates.items():
         assert figures["kill_rate"] == 1.0 and figures["killed"] == figures["mutants"] > 0, kind
     assert rates["coupling"]["never_binds"] == sum(r["killed"] is None for r in rows)

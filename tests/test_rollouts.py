@@ -30,8 +30,10 @@ def _episodes(contexts, policy: str, attempts: int = 1):
 
 
 def _accepted(trajectory, context) -> bool:
-    """Ground truth: every mandatory compiled check passes on the real final workspace."""
-    view = View(MemoryStore(apply_changes(context.pack.files, trajectory.final_files)))
+    """Ground truth: every mandatory compiled check passes on the real final workspace of an
+    episode that submitted."""
+    view = View(MemoryStore(apply_changes(context.pack.files, trajectory.final_files)),
+                submitted=trajectory.finish_reason == "submitted")
     return all(run_check(context.pack.checks[c.criterion_id], view)[0]
                for c in context.pack.rubric if c.mandatory)
 
@@ -39,7 +41,7 @@ def _accepted(trajectory, context) -> bool:
 def test_protocol_round_trips_and_reports_malformed_calls():
     calls = [ToolCall("read_file", {"path": "a.csv"}), ToolCall("submit", {})]
     parsed = parse_turn(render_turn("Reading.", calls))
-    assert parsed.content == "Reading." and list(parsed.calls) == calls and not parsed.problems
+    assert parsed.remainder() == "Reading." and list(parsed.calls) == calls and not parsed.problems
     broken = parse_turn('<tool_call>{"name": "x", "arguments": "[1]"}</tool_call> <tool_call>{oops'
                         '</tool_call><tool_call>{"arguments": {}}</tool_call>')
     assert not broken.calls and len(broken.problems) == 3
@@ -101,7 +103,10 @@ def test_abuse_is_contained_and_never_accepted(tasks, tmp_path, policy, agent_ju
     by_task = {c.task_id: c for c in contexts}
     judgements = agent_judge.judge([(t, by_task[t.task_id].pack) for t in trajectories])
     assert not [j.rollout_id for j in judgements if accepted(j.passed, by_task[j.task_id].pack.rubric)]
-    assert not [t.rollout_id for t in trajectories if _accepted(t, by_task[t.task_id])]
+    # the truth of the final state (one attack leaves the oracle's: its damage is undone before the end,
+    # and only the judge's replay of the episode sees it)
+    if policy != "tamper_and_restore":
+        assert not [t.rollout_id for t in trajectories if _accepted(t, by_task[t.task_id])]
 
 
 def test_long_output_is_clipped_and_loops_end_at_the_turn_limit(tasks, tmp_path):

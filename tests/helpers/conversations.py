@@ -36,7 +36,7 @@ def play(engine, turns: int, temperature: float = 0.0, fresh=None) -> list[list[
         history.append(done)
         for i, completion in enumerate(done):
             parsed = parse_turn(completion.text)
-            convos[i] += [Message("assistant", parsed.content, parsed.calls),
+            convos[i] += [Message("assistant", parsed.remainder(), parsed.calls),
                           Message("tool", f"result {turn} of episode {i}\n" + "row,1\n" * (i + turn),
                                   name="read_file")]
     return history

@@ -26,7 +26,13 @@ CompletionEnd = Literal["stop", "length", "context", "server_error", "bad_reply"
 @dataclass(frozen=True)
 class ChatRequest:
     """One generation for one episode. ``key`` names the episode, so a backend may keep the
-    conversation prefix cached under it between turns."""
+    conversation prefix cached under it between turns.
+
+    ``response_format``: a JSON schema the reply must be (a model judge's answer,
+    :class:`~interlock.judging.verdicts.AnswerForm`); a backend that can constrains decoding to it
+    (``openai``: the server's ``json_schema`` response format; ``llamacpp``: a grammar; ``vllm``:
+    structured outputs), the ``transformers`` backend cannot and decodes freely. Either way the
+    caller still validates the reply."""
 
     key: str
     messages: tuple[Message, ...]
@@ -34,6 +40,7 @@ class ChatRequest:
     max_new_tokens: int = 256
     temperature: float = 0.0
     seed: int = 0
+    response_format: dict | None = None
 
 
 @dataclass(frozen=True)

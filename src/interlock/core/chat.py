@@ -88,9 +88,19 @@ _CALL = re.compile(re.escape(CALL_OPEN) + r"(.*?)(?:" + re.escape(CALL_CLOSE) + 
 
 @dataclass(frozen=True)
 class ParsedTurn:
-    content: str  # the text outside the calls
+    text: str  # the turn as the model wrote it
     calls: tuple[ToolCall, ...] = ()
     problems: tuple[str, ...] = field(default_factory=tuple)  # one per malformed call
+    spans: tuple[tuple[int, int], ...] = ()  # where each call's markup lies in ``text``
+
+    def remainder(self, calls: int | None = None) -> str:
+        """The text without the markup of its first ``calls`` calls (None: all of them), stripped:
+        a malformed call's markup stays, as the model wrote it."""
+        parts, start = [], 0
+        for begin, end in self.spans[:calls]:
+            parts.append(self.text[start:begin])
+            start = end
+        return ("".join(parts) + self.text[start:]).strip()
 
 
 def render_call(call: ToolCall) -> str:
@@ -105,7 +115,7 @@ def render_turn(content: str, calls: tuple[ToolCall, ...] | list[ToolCall]) -> s
 
 
 def parse_turn(text: str) -> ParsedTurn:
-    calls, problems = [], []
+    calls, problems, spans = [], [], []
     for match in _CALL.finditer(text):
         body = match.group(1).strip()
         try:
@@ -134,8 +144,8 @@ def parse_turn(text: str) -> ParsedTurn:
                             f"levels): {body[:120]}")
             continue
         calls.append(ToolCall(data["name"], arguments))
-    content = _CALL.sub("", text).strip()
-    return ParsedTurn(content, tuple(calls), tuple(problems))
+        spans.append(match.span())
+    return ParsedTurn(text, tuple(calls), tuple(problems), tuple(spans))
 
 
 def walk(value: object) -> Iterator[tuple[object, int]]:

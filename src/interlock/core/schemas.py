@@ -45,7 +45,7 @@ PACK_TABLES = {
     "requests": pa.schema([("task_id", s), ("request", s)]),
     "contracts": pa.schema([
         ("task_id", s), ("deliverable_id", s), ("kind", s), ("node_ids", pa.list_(s)), ("path", s),
-        ("key", s), ("realization", s),
+        ("key", s), ("realization", s), ("formats", s),
     ]),
     "rubrics": pa.schema([
         ("task_id", s), ("criterion_id", s), ("kind", s), ("node_ids", pa.list_(s)),

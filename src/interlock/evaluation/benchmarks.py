@@ -77,7 +77,7 @@ from interlock.core.errors import InterlockError
 from interlock.core.io import batched, dumps
 from interlock.core.paths import Paths
 from interlock.evaluation.metrics import EpisodeResult, grade_episode
-from interlock.rollout.engine import RolloutLimits
+from interlock.rollout.engine import EpisodeLimits, RolloutLimits
 from interlock.rollout.runs import plan_episodes, run_rollouts
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.catalog import Catalog
@@ -137,7 +137,7 @@ class AdmittedPool:
     started on first use and stopped by :meth:`close`."""
 
     def __init__(self, name: str, contexts: Sequence[TaskContext], *, judge=None, workers: int | None = None,
-                 judge_batch: int = 64) -> None:
+                 judge_batch: int = 64, episode: EpisodeLimits | None = None) -> None:
         self.name = name
         self.contexts = list(contexts)
         self.packs = {c.task_id: c.pack for c in self.contexts}
@@ -145,6 +145,7 @@ class AdmittedPool:
             raise InterlockError("a task appears twice", item=name)
         self._judge, self._own_judge = judge, None
         self.workers, self.judge_batch = workers, judge_batch
+        self.episode = episode  # the rules its episodes are played under (None: the engine's defaults)
 
     @classmethod
     def from_paths(cls, paths: Paths, catalog: Catalog, pool: str, **options) -> AdmittedPool:
@@ -196,7 +197,8 @@ class AdmittedPool:
     def _start_judge(self):
         from interlock.judging.agent import AgentJudge
 
-        self._own_judge = self._judge = AgentJudge(workers=self.workers).__enter__()
+        rules = {"episode": self.episode} if self.episode else {}
+        self._own_judge = self._judge = AgentJudge(workers=self.workers, **rules).__enter__()
         return self._judge
 
     def close(self) -> None:

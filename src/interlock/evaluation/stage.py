@@ -23,7 +23,7 @@ from interlock.evaluation.benchmarks import AdmittedPool, Benchmark, RunSettings
 from interlock.evaluation.bfcl import CATEGORIES, BfclMultiTurn
 from interlock.evaluation.metrics import headline
 from interlock.evaluation.run import checkpoint_models, run_evaluation
-from interlock.rollout.engine import RolloutLimits
+from interlock.rollout.engine import EpisodeLimits, RolloutLimits
 from interlock.synthesis.tasks import load_domains
 
 
@@ -32,8 +32,9 @@ def benchmarks_for(params: Params, paths: Paths) -> list[Benchmark]:
     per multi-turn category, :data:`~interlock.evaluation.bfcl.CATEGORIES`), else the admitted
     tasks of the built-in pool of that name."""
     catalog = load_domains(paths.domains)
+    rules = EpisodeLimits.of(params.scale.rollouts)
     return [BfclMultiTurn(pool, limit=params.scale.evaluation.bfcl_tasks) if pool in CATEGORIES
-            else AdmittedPool.from_paths(paths, catalog, pool) for pool in params.eval.pools]
+            else AdmittedPool.from_paths(paths, catalog, pool, episode=rules) for pool in params.eval.pools]
 
 
 def evaluate(params: Params, paths: Paths) -> StageReport:

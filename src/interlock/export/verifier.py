@@ -71,7 +71,8 @@ def verify(task: dict, root: Path) -> dict:
     """The report on one workspace: ``reward`` 1 when every mandatory criterion passes, else 0;
     ``reason``; each criterion with ``passed`` and ``evidence``."""
     refused = survey(root)
-    view = None if refused else View(DirectoryStore(root))
+    # Harbor runs the verifier once the agent has finished: the episode is over, as a submit says
+    view = None if refused else View(DirectoryStore(root), submitted=True)
     criteria = []
     for criterion in task["criteria"]:
         passed, evidence = (False, f"not checked: {refused}") if refused else _check(criterion["check"], view)

@@ -2,12 +2,14 @@
 
 A rollout is *bound to fail* after a turn when even the reference solution, carried out from the
 state that turn left (every write the reference makes that is not already there, checked with
-the effect's own check), no longer passes every mandatory criterion: the turn wrote a wrong value
-(a wrong decision, a wrong amount, a record for the wrong case, a file nobody asked for) that
-completing the work cannot undo. The intervention point is the earliest such turn; where there
-is none, the failure is an omission, and the point is the turn where the agent stopped or
-submitted. The corrector starts from the state before that turn, where completing the work still
-passes by this very definition, so diagnosis and correction agree.
+the effect's own check) and submitted, no longer passes every mandatory criterion: the turn wrote
+a wrong value (a wrong decision, a wrong amount, a record for the wrong case, a file nobody asked
+for) that completing the work cannot undo; or the turn changed something no decision requires,
+which the guard holds against the episode even where a later turn undoes it. The intervention
+point is the earliest such turn; where there is none, the failure is an omission, and the point is
+the turn where the agent stopped or submitted. The corrector starts from the state before that
+turn, where completing the work still passes by this very definition, so diagnosis and correction
+agree.
 
 Every turn is replayed with the rollouts' own tools on a fresh in-memory copy of the initial
 workspace, and the compiled checks run in-process after each (they are data, not code a model
@@ -21,11 +23,11 @@ from typing import Literal
 
 from interlock.core.chat import Message, ToolCall
 from interlock.core.errors import InterlockError
-from interlock.synthesis.checks import View, realization_check, run_check
+from interlock.synthesis.checks import View, describe, realization_check, run_check, unrequired_changes
 from interlock.synthesis.kinds.effects import Realization
 from interlock.synthesis.oracle import reference_writes
 from interlock.synthesis.tasks import TaskContext
-from interlock.synthesis.workspace import MemoryStore, Store, execute
+from interlock.synthesis.workspace import WRITING_TOOLS, MemoryStore, PathRefused, Store, clean_path, execute
 
 #: ``commission``: a turn wrote what completing the work cannot undo; ``omission``: nothing wrong
 #: was written, something was left out; ``none``: no intervention point (nothing to correct, or the
@@ -42,9 +44,10 @@ class Diagnosis:
     reason: str
 
 
-def mandatory_failures(task: TaskContext, store: Store) -> list[str]:
-    """The mandatory criteria whose compiled check fails on this workspace state."""
-    view = View(store)
+def mandatory_failures(task: TaskContext, store: Store, *, submitted: bool) -> list[str]:
+    """The mandatory criteria whose compiled check fails on this workspace state (left by an
+    episode that ``submitted`` or not)."""
+    view = View(store, submitted=submitted)
     return [c.criterion_id for c in task.pack.rubric
             if c.mandatory and not run_check(task.pack.checks.get(c.criterion_id, {}), view)[0]]
 
@@ -64,11 +67,11 @@ def completion_calls(task: TaskContext, store: Store) -> list[ToolCall]:
 
 def failures_after_completion(task: TaskContext, store: MemoryStore) -> list[str]:
     """The mandatory criteria that still fail once the reference's pending writes are carried out
-    on a copy of ``store`` (empty: the rollout was not yet bound to fail)."""
+    on a copy of ``store`` and submitted (empty: the rollout was not yet bound to fail)."""
     completed = MemoryStore(store.contents)
     for call in completion_calls(task, completed):
         execute(completed, call)
-    return mandatory_failures(task, completed)
+    return mandatory_failures(task, completed, submitted=True)
 
 
 def diagnose(messages: list[Message], task: TaskContext) -> Diagnosis:
@@ -89,18 +92,39 @@ def _diagnose(messages: list[Message], task: TaskContext) -> Diagnosis:
     turns = [index for index, m in enumerate(messages) if m.role == "assistant"]
     if not turns:
         return Diagnosis(None, None, "none", (), "the rollout has no assistant turn")
+    guard = task.pack.guard_check()
     for turn, index in enumerate(turns):
         submitted = run_turn(store, messages[index])
+        written = [c.arguments["path"] for c in messages[index].tool_calls if c.name in WRITING_TOOLS
+                   and isinstance(c.arguments.get("path"), str)]
+        if guard and written and (changes := _unrequired(guard, store, written)):
+            return Diagnosis(turn, index, "commission", (_guard_id(task),),
+                             f"turn {turn + 1} changed what no decision requires ({describe(changes)})")
         if failing := failures_after_completion(task, store):
             return Diagnosis(turn, index, "commission", tuple(failing),
                              f"turn {turn + 1} wrote what completing the work cannot undo")
         if submitted:
             break
-    if not (failing := mandatory_failures(task, store)):
+    if not (failing := mandatory_failures(task, store, submitted=submitted)):
         return Diagnosis(None, None, "none", (), "every mandatory check passes on the replayed final state: "
                                                  "nothing to correct")
     return Diagnosis(turn, index, "omission", tuple(failing),
                      f"turn {turn + 1} {'submitted' if submitted else 'stopped'} with work left undone")
+
+
+def _unrequired(guard: dict, store: Store, paths: list[str]) -> list[dict]:
+    """What the guard flags in the files a turn wrote (paths it refused are not files it wrote)."""
+    cleaned = []
+    for path in paths:
+        try:
+            cleaned.append(clean_path(path))
+        except PathRefused:
+            continue
+    return unrequired_changes(guard, View(store), paths=cleaned)
+
+
+def _guard_id(task: TaskContext) -> str:
+    return next(c.criterion_id for c in task.pack.rubric if c.guard)
 
 
 def run_turn(store: Store, message: Message) -> bool:

@@ -43,7 +43,7 @@ from interlock.judging.agent import AgentJudge
 from interlock.judging.stage import iter_trajectories
 from interlock.judging.verdicts import accepted
 from interlock.models.backends import make_backend
-from interlock.rollout.engine import RolloutLimits
+from interlock.rollout.engine import EpisodeLimits, RolloutLimits
 from interlock.rollout.runs import run_rollouts
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.tasks import TaskContext, admitted_tasks, load_domains
@@ -292,7 +292,7 @@ def intervene(params: Params, paths: Paths) -> StageReport:
     verdicts = paths.judgements / "agent.parquet"
     if not verdicts.exists():
         raise InterlockError("no verdicts of the agent judge; run `dvc repro judge`", file=str(verdicts))
-    with AgentJudge() as judge:
+    with AgentJudge(episode=EpisodeLimits.of(params.scale.rollouts)) as judge:
         rows, metrics, plots = run_intervention(
             paths.trajectories, verdicts, _accepted_ids(paths.accepted_table), tasks, config=config,
             roles=roles, checkpoint=paths.model(policy), max_context=backbone.max_context,

@@ -410,7 +410,7 @@ def worker(options: dict[str, float]) -> None:
         used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
         soft = math.ceil(used + max(1.0, float(job.get("cpu_seconds", 5.0))))
         resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
-        view = View(DirectoryStore(job["root"]))
+        view = View(DirectoryStore(job["root"]), submitted=job.get("submitted") is True)
         results = []
         for spec in job["specs"]:
             start = time.perf_counter()

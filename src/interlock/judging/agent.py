@@ -1,12 +1,18 @@
-"""The agent judge: inspects a copy of the final workspace and runs the verifiers on it.
+"""The agent judge: replays each episode, inspects a copy of its final workspace and runs the
+verifiers on it.
 
-For each rollout it rebuilds the final workspace by replaying the trajectory's tool calls in a
-fresh copy of the initial workspace, with the rollouts' own tools, in a folder of its own (where
-the recorded final state disagrees with the replay, judging fails on every criterion with the
-reason), computes the record-level diff against the initial workspace, runs every
-criterion's compiled check in the sandbox pool, and lists collateral damage: the changes no
-decision requires, by the guard's own definition
-(:func:`interlock.synthesis.checks.unrequired_changes`).
+What is judged is the whole episode, not only its final files. For each rollout it plays the
+trajectory's assistant turns again in a fresh copy of the initial workspace, with the rollouts'
+own tools and rules, in a folder of its own (:func:`~interlock.rollout.engine.reenact`): the
+system prompt and the request come from the task and every tool result from the replay, so a
+record that differs anywhere from what that makes (a message edited, added or removed, a count
+or an ending the turns do not make, a final state the calls do not leave) fails every criterion
+with the reason (:data:`~interlock.judging.verdicts.REPLAY_FAILED`). It holds the guard's
+definition of a required change (:func:`interlock.synthesis.checks.unrequired_changes`) over
+every state the replay passes through, so a change no decision requires fails the guard even
+where it is undone before the end; it computes the record-level diff against the initial
+workspace, runs every criterion's compiled check in the sandbox pool (the ``submit`` criterion
+reads whether the replayed episode submitted), and lists collateral damage.
 
 With an LLM backend it also reviews each criterion the compiled check passed, through the
 rollout engine (:mod:`interlock.judging.inspection`): the model sees the criterion, the check's
@@ -27,58 +33,123 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interlock.core.backend import ChatBackend
+from interlock.core.chat import ToolCall, ToolResult
 from interlock.core.errors import InterlockError
 from interlock.core.io import dumps
-from interlock.judging.inspection import JUDGE_TOOLS, InspectionEnvironment, review_verdict
-from interlock.judging.sandbox import DEFAULT_LIMITS, Limits, SandboxPool, scratch_base
+from interlock.judging.inspection import JUDGE_TOOLS, InspectionEnvironment
+from interlock.judging.sandbox import DEFAULT_LIMITS, CheckJob, Limits, SandboxPool, scratch_base
 from interlock.judging.verdicts import QUOTE, REPLAY_FAILED, Judgement, quote, verdict_row
-from interlock.rollout.engine import Episode, RolloutLimits, WorkspaceEnvironment, run_episodes
+from interlock.rollout.engine import (
+    Episode,
+    EpisodeLimits,
+    RolloutLimits,
+    WorkspaceEnvironment,
+    record_problem,
+    reenact,
+    run_episodes,
+)
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.checks import MAX_LISTED, View, describe, unrequired_changes
 from interlock.synthesis.packs import Criterion, TaskPack
 from interlock.synthesis.tasks import TaskContext
-from interlock.synthesis.workspace import DirectoryStore, Store, changed_files, workspace_diff
+from interlock.synthesis.workspace import (
+    WRITING_TOOLS,
+    DirectoryStore,
+    Store,
+    changed_files,
+    clean_path,
+    workspace_diff,
+)
 
 NAME = "agent"
+#: the rules of an episode judged without being told its run's (the rollout engine's defaults)
+DEFAULT_EPISODE = RolloutLimits().episode
 
 
 # ----------------------------------------------------------------------------- collateral
 
+def guard_spec(pack: TaskPack) -> dict | None:
+    """The pack's guard check (None where the pack has no guard), refused where another version
+    of interlock compiled it."""
+    spec = pack.guard_check()
+    missing = next((key for key in ("files", "appends", "tables", "documents")
+                    if spec and key not in spec), None)
+    if missing:
+        raise InterlockError(f"the guard's check has no {missing!r} (the pack was compiled by another "
+                             f"version of interlock: run `dvc repro packs`)", item=pack.task_id,
+                             field="checks")
+    return spec
+
+
 def collateral(pack: TaskPack, store: Store) -> list[dict]:
     """The changes no decision requires, as the pack's guard defines them (one definition: a
     non-empty list always means a failed guard); none where the pack has no guard."""
-    guard = next((c for c in pack.rubric if c.guard), None)
-    spec = pack.checks.get(guard.criterion_id) if guard else None
-    if not spec or spec.get("op") != "no_collateral":
-        return []
-    try:
-        return unrequired_changes(spec, View(store))
-    except KeyError as exc:
-        raise InterlockError(f"the guard's check has no {exc} (the pack was compiled by another version "
-                             f"of interlock: run `dvc repro packs`)", item=pack.task_id,
-                             field=guard.criterion_id) from None
+    spec = guard_spec(pack)
+    return unrequired_changes(spec, View(store)) if spec else []
+
+
+class EpisodeGuard:
+    """The guard held over every state an episode passes through: after each call that changed a
+    file, that file is looked at again by the guard's own definition, so a change no decision
+    requires counts even where a later call undoes it (a policy rewritten, then restored)."""
+
+    def __init__(self, pack: TaskPack, store: Store) -> None:
+        self.spec, self.store = guard_spec(pack), store
+        self.calls = 0
+        self._seen: dict[tuple, dict] = {}
+
+    def observe(self, call: ToolCall, result: ToolResult) -> None:
+        """A call ran (the rollout engine's ``on_call``)."""
+        self.calls += 1
+        if self.spec is None or not result.ok or call.name not in WRITING_TOOLS:
+            return
+        path = clean_path(call.arguments["path"])  # it ran, so its path is one the tools take
+        for entry in unrequired_changes(self.spec, View(self.store), paths=[path]):
+            key = (entry["file"], entry["record"], entry["reason"])
+            self._seen.setdefault(key, {**entry, "call": self.calls})
+
+    def undone(self, final: list[dict]) -> list[dict]:
+        """The changes seen during the episode that the final state no longer shows, each with the
+        call that made it, as collateral entries."""
+        left = {(e["file"], e["record"], e["reason"]) for e in final}
+        return [{"file": e["file"], "record": e["record"],
+                 "reason": f"{e['reason']}, at call {e['call']}; undone before the end"}
+                for key, e in self._seen.items() if key not in left]
 
 
 # ----------------------------------------------------------------------------- the copy
 
-def replay(trajectory: Trajectory, pack: TaskPack, root: Path) -> tuple[DirectoryStore, str | None]:
-    """The final workspace the trajectory's tool calls make, at ``root``: a fresh copy of the
-    initial workspace with every call the rollout engine ran executed again by the same tools.
-    The second item says where the recorded final state disagrees with it (None: it agrees); a
-    transcript must have made the state it is judged on, or training would learn a transcript
-    that does not do what it claims."""
+@dataclass
+class Replay:
+    """A trajectory played again: the workspace it leaves, whether it submitted, the changes no
+    decision required that it made and undid, and where its record is not what its turns make
+    (None: the record is exactly that)."""
+
+    store: DirectoryStore
+    submitted: bool
+    undone: list[dict]
+    problem: str | None
+
+
+def replay(trajectory: Trajectory, pack: TaskPack, root: Path, limits: EpisodeLimits) -> Replay:
+    """The episode the trajectory's assistant turns make, at ``root``: a fresh copy of the initial
+    workspace, the task's opening, and every call run again by the same tools under the same
+    rules (``limits``). A transcript must be what its own turns produce, and must have made the
+    state it is judged on, or training would learn observations the environment never gave."""
     environment = WorkspaceEnvironment(pack, root)
-    environment.replay(trajectory.messages)
     store = environment.store
+    guard = EpisodeGuard(pack, store)
+    enacted = reenact(environment, trajectory.messages, limits, on_call=guard.observe)
+    problem = record_problem(trajectory, enacted, limits)
     replayed = changed_files(pack.files, {path: store.read(path) for path in store.files()})
     recorded = trajectory.final_files or {}
     differ = sorted(p for p in set(replayed) | set(recorded) if replayed.get(p) != recorded.get(p))
-    if not differ:
-        return store, None
-    named = ", ".join(repr(path)[:80] for path in differ[:MAX_LISTED])
-    more = f" and {len(differ) - MAX_LISTED} more" if len(differ) > MAX_LISTED else ""
-    return store, (f"the recorded final state disagrees with what its tool calls do when "
-                               f"replayed, on {named}{more}")
+    if problem is None and differ:
+        named = ", ".join(repr(path)[:80] for path in differ[:MAX_LISTED])
+        more = f" and {len(differ) - MAX_LISTED} more" if len(differ) > MAX_LISTED else ""
+        problem = (f"the recorded final state disagrees with what its tool calls do when replayed, on "
+                   f"{named}{more}")
+    return Replay(store, enacted.finish_reason == "submitted", guard.undone(collateral(pack, store)), problem)
 
 
 @dataclass
@@ -86,10 +157,10 @@ class _Prepared:
     trajectory: Trajectory
     pack: TaskPack
     root: Path
+    replay: Replay
     diff: list[dict]
-    collateral: list[dict]
+    collateral: list[dict]  # the final state's, then what was undone before the end
     seconds: float
-    mismatch: str | None  # where the recorded final state is not what the calls make
 
 
 @dataclass(frozen=True)
@@ -110,8 +181,10 @@ class AgentJudge:
     def __init__(self, pool: SandboxPool | None = None, *, workers: int | None = None,
                  limits: Limits = DEFAULT_LIMITS, backend: ChatBackend | None = None,
                  scratch: Path | str | None = None, max_turns: int = 4, max_new_tokens: int = 256,
-                 diff_chars: int = 3000, observation_chars: int = 2000) -> None:
+                 diff_chars: int = 3000, observation_chars: int = 2000,
+                 episode: EpisodeLimits = DEFAULT_EPISODE) -> None:
         self._own_pool = pool is None
+        self.episode = episode  # the rules the judged episodes were played under
         self.pool = pool or SandboxPool(workers, limits)
         self.backend = backend
         self.limits = limits
@@ -163,8 +236,9 @@ class AgentJudge:
         try:
             prepared = [self._prepare(t, p, batch_dir / str(i)) for i, (t, p) in enumerate(items)]
             start = time.perf_counter()
-            outcomes = self.pool.run([(p.root, [p.pack.checks.get(c.criterion_id, {"op": "missing"})
-                                                for c in p.pack.rubric]) for p in prepared])
+            outcomes = self.pool.run([CheckJob(p.root, [p.pack.checks.get(c.criterion_id, {"op": "missing"})
+                                                        for c in p.pack.rubric], p.replay.submitted)
+                                      for p in prepared])
             shared = (time.perf_counter() - start) / max(1, len(prepared))
             reviews = self._review(prepared, outcomes, batch_dir / "reviews") if self.backend else {}
             return [self._judgement(p, outcomes[i], shared, {cid: r for (index, cid), r in reviews.items()
@@ -176,23 +250,27 @@ class AgentJudge:
 
     def _prepare(self, trajectory: Trajectory, pack: TaskPack, root: Path) -> _Prepared:
         start = time.perf_counter()
-        store, mismatch = replay(trajectory, pack, root)
+        replayed = replay(trajectory, pack, root, self.episode)
+        store = replayed.store
         on_disk = {path: store.read(path) or "" for path in store.files()}
         diff = workspace_diff(pack.files, on_disk)
-        return _Prepared(trajectory, pack, root, diff, collateral(pack, store), time.perf_counter() - start,
-                         mismatch)
+        return _Prepared(trajectory, pack, root, replayed, diff, collateral(pack, store) + replayed.undone,
+                         time.perf_counter() - start)
 
     def _judgement(self, prepared: _Prepared, outcomes: list, shared: float,
                    by_criterion: dict[str, _Review]) -> Judgement:
-        t, pack = prepared.trajectory, prepared.pack
+        t, pack, replayed = prepared.trajectory, prepared.pack, prepared.replay
         overhead = (prepared.seconds + shared) / max(1, len(pack.rubric))
         rows, compiled, seconds, tokens = [], {}, {}, {}
         for criterion, outcome in zip(pack.rubric, outcomes, strict=True):
             cid = criterion.criterion_id
             passed, evidence = outcome.passed, outcome.evidence
+            if criterion.guard and passed and replayed.undone:
+                passed, evidence = False, f"changed during the episode where no decision required it: " \
+                                          f"{describe(replayed.undone)}"
+            if replayed.problem:  # a record the environment did not produce is true of nothing
+                passed, evidence = False, f"{REPLAY_FAILED} {replayed.problem}"
             compiled[cid] = passed
-            if prepared.mismatch:  # judging fails: no verdict of the replayed state is the recorded one's
-                passed, evidence = False, f"{REPLAY_FAILED} {prepared.mismatch}"
             review = by_criterion.get(cid)
             seconds[cid] = outcome.seconds + overhead + (review.seconds if review else 0.0)
             tokens[cid] = review.tokens if review else 0
@@ -214,15 +292,16 @@ class AgentJudge:
                 workdir: Path) -> dict[tuple[int, str], _Review]:
         """The model reviews every criterion the compiled checks passed (it can only fail what
         passed: there is nothing to ask about the rest), all through the rollout engine at once."""
-        episodes, asked = [], {}
+        episodes, asked, environments = [], {}, {}
         for index, p in enumerate(prepared):
             for criterion, outcome in zip(p.pack.rubric, outcomes[index], strict=True):
-                if not outcome.passed or p.mismatch:
+                if not outcome.passed or p.replay.problem:
                     continue
                 key = f"judge/{index}/{p.trajectory.rollout_id}/{criterion.criterion_id}"
                 asked[key] = index, criterion.criterion_id
-                environment = InspectionEnvironment(self._prompt(p, criterion, outcome.evidence), p.root,
-                                                    self.limits)
+                environment = environments[key] = InspectionEnvironment(
+                    self._prompt(p, criterion, outcome.evidence), p.root, self.limits,
+                    p.trajectory.rollout_id, criterion.criterion_id)
                 episodes.append(Episode(key, TaskContext(p.trajectory.task_id, p.pack), p.pack.domain_id,
                                         p.pack.pool, self.backend.name, attempt=0, seed=0,
                                         open_environment=lambda _episode, _folder, env=environment: env))
@@ -233,7 +312,8 @@ class AgentJudge:
                                     batch_size=max(1, len(episodes))))
         # the batch's wall time, shared by the turns each review took
         share = (time.perf_counter() - start) / max(1, sum(r.turns for r in reviews))
-        return {asked[r.rollout_id]: _Review(*review_verdict(r), r.generated_tokens, share * r.turns)
+        return {asked[r.rollout_id]: _Review(*environments[r.rollout_id].verdict(r), r.generated_tokens,
+                                             share * r.turns)
                 for r in reviews}
 
     def _prompt(self, p: _Prepared, criterion: Criterion, evidence: str) -> str:

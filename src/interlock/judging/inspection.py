@@ -3,18 +3,23 @@ that the rollout engine drives like any episode (one tool-calling loop for every
 
 The model sees the criterion, what the compiled check said and the diff; it may list and read
 files of the workspace copy and run check scripts of its own (each in a fresh sandboxed process),
-and ends with ``VERDICT: PASS`` or ``VERDICT: FAIL``. Nothing it does changes the copy: the tools
-are read-only, and a script runs in a scratch copy of its own.
+and ends with a turn without tool calls that is exactly its answer in the structure of
+:class:`~interlock.judging.verdicts.AnswerForm` (the nonce of its own prompt, a boolean for the
+criterion). Only that last turn is read, and only when the review ended with it: a verdict
+anywhere else (an earlier turn, text the model quotes from a file, a reply around the answer) is
+none. Decoding is not constrained to the answer's schema here: the review's turns are tool calls
+until the last, and the engine sends one kind of request for all of them; the strict reading is
+the defence. Nothing the review does changes the copy: the tools are read-only, and a script runs
+in a scratch copy of its own.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from interlock.core.chat import Message, ToolCall, ToolResult
 from interlock.judging.sandbox import Limits, run_script
-from interlock.judging.verdicts import quote
+from interlock.judging.verdicts import AnswerForm, Refused, quote
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.workspace import TOOL_SPECS, DirectoryStore, execute
 
@@ -32,18 +37,23 @@ SYSTEM_PROMPT = (
     "You are a verifier. An agent worked on a workspace of files; you see a copy of its final "
     "state. Decide whether one criterion holds. You may call list_files and read_file, and "
     "run_check_script to run a Python check of your own. Write each call as "
-    "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>. When you have decided, answer "
-    "with a last line VERDICT: PASS or VERDICT: FAIL and one sentence of reason.")
-_VERDICT = re.compile(r"verdict\s*[:=]\s*\**\s*(pass|fail)", re.IGNORECASE)
+    "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>. When you have decided, reply "
+    "without any tool call with only the JSON answer the user message describes.")
 
 
 class InspectionEnvironment:
-    """One criterion's review on a workspace copy: read-only file tools and sandboxed scripts."""
+    """One criterion's review on a workspace copy: read-only file tools and sandboxed scripts.
+
+    ``prompt`` is the judge's user message; the answer's instructions are added below it, with
+    the nonce of the rollout, the criterion and that message (:meth:`AnswerForm.of`)."""
 
     tools = JUDGE_TOOLS
 
-    def __init__(self, prompt: str, root: Path, limits: Limits) -> None:
-        self.prompt, self.root, self.limits = prompt, root, limits
+    def __init__(self, prompt: str, root: Path, limits: Limits, rollout_id: str, criterion_id: str) -> None:
+        self.criterion_id = criterion_id
+        self.form = AnswerForm.of(f"agent-review/{rollout_id}/{criterion_id}", [criterion_id], prompt)
+        self.prompt = f"{prompt}\n\n{self.form.instructions()}"
+        self.root, self.limits = root, limits
 
     def opening(self) -> list[Message]:
         return [Message("system", SYSTEM_PROMPT), Message("user", self.prompt)]
@@ -70,20 +80,16 @@ class InspectionEnvironment:
     def close(self) -> tuple[dict[str, str | None], list[dict]]:
         return {}, []  # the copy is the judge's; nothing here changed it
 
-
-def review_verdict(review: Trajectory) -> tuple[str | None, str]:
-    """(``"pass"``, ``"fail"`` or None when it gave none, its reason): the last verdict any of the
-    review's turns wrote."""
-    verdict, reason = None, ""
-    for message in review.messages:
-        found = _VERDICT.findall(message.content) if message.role == "assistant" else []
-        if found:
-            verdict, reason = found[-1].lower(), _reason(message.content)
-    return verdict, reason
-
-
-def _reason(content: str) -> str:
-    lines = [line.strip() for line in content.splitlines() if line.strip()]
-    tail = next((line for line in reversed(lines) if _VERDICT.search(line)), lines[-1] if lines else "")
-    reason = _VERDICT.sub("", tail).strip(" .:-*") or (lines[-2] if len(lines) > 1 else "")
-    return reason[:200]
+    def verdict(self, review: Trajectory) -> tuple[str | None, str]:
+        """(``"pass"``, ``"fail"`` or None where it gave none; its reason, or why there is none):
+        read from the review's last turn alone, when the review ended on it (a turn without tool
+        calls), and only when that turn is exactly the answer."""
+        last = review.messages[-1] if review.messages else None
+        if (review.finish_reason != "no_tool_call" or last is None or last.role != "assistant"
+                or last.tool_calls):
+            return None, f"the review ended without an answer ({review.finish_reason})"
+        try:
+            answer = self.form.parse(last.content)
+        except Refused as refused:
+            return None, f"its last turn is no answer ({refused})"
+        return ("pass" if answer.verdicts[self.criterion_id] else "fail"), answer.reason

@@ -75,6 +75,15 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
+class CheckJob(NamedTuple):
+    """Compiled checks to run on one workspace folder, and what the episode that left it did
+    (``submitted``), which the criteria about the episode read."""
+
+    root: Path | str
+    specs: list[dict]
+    submitted: bool = False
+
+
 class CheckOutcome(NamedTuple):
     passed: bool
     evidence: str
@@ -165,10 +174,11 @@ class _Worker:
             raise RuntimeError(f"sandbox worker did not start: {self.stderr_tail()}")
         self.network = message["network"]
 
-    def send(self, index: int, root: str, specs: list[dict], limits: Limits) -> None:
+    def send(self, index: int, job: CheckJob, limits: Limits) -> None:
         self.job, self.started = index, time.perf_counter()
         self.deadline = self.started + limits.wall_seconds
-        write_message(self.process.stdin, {"root": root, "specs": specs,
+        write_message(self.process.stdin, {"root": str(job.root), "specs": job.specs,
+                                           "submitted": bool(job.submitted),
                                            "cpu_seconds": limits.cpu_seconds})
 
     def stderr_tail(self) -> str:
@@ -258,13 +268,15 @@ class SandboxPool:
         return fresh
 
     # jobs
-    def run(self, jobs: list[tuple[Path | str, list[dict]]]) -> list[list[CheckOutcome]]:
-        """Every job's outcomes, in job order; the workers take jobs as they become free.
+    def run(self, jobs: list[CheckJob | tuple]) -> list[list[CheckOutcome]]:
+        """Every job's outcomes, in job order; the workers take jobs as they become free
+        (a job: a :class:`CheckJob` or the tuple of its fields).
 
         A job whose worker dies is retried once on a fresh worker (the worker may have died of
         something else); if that one dies too, the job fails with the reason. A job that
         overruns the wall clock fails at once, and its worker is replaced."""
         self.start()
+        jobs = [CheckJob(*job) for job in jobs]
         results: list[list[CheckOutcome] | None] = [None] * len(jobs)
         queue = deque(range(len(jobs)))
         deaths: Counter = Counter()
@@ -277,16 +289,15 @@ class SandboxPool:
             if deaths[index] < 2:
                 queue.appendleft(index)
             else:
-                results[index] = self._failed(jobs[index][1], f"the check process ended ({reason}; "
+                results[index] = self._failed(jobs[index].specs, f"the check process ended ({reason}; "
                                                               f"{worker.stderr_tail()})")
             return self._replace(worker)
 
         def feed(worker: _Worker) -> None:
             while queue:
                 index = queue.popleft()
-                root, specs = jobs[index]
                 try:
-                    worker.send(index, str(root), specs, self.limits)
+                    worker.send(index, jobs[index], self.limits)
                 except OSError:  # a broken pipe: it died while idle
                     worker = died(worker, index)
                     continue
@@ -303,7 +314,7 @@ class SandboxPool:
                 for key, _ in selector.select(max(0.0, timeout)):
                     worker: _Worker = key.data
                     selector.unregister(key.fileobj)
-                    index, specs = worker.job, jobs[worker.job][1]
+                    index, specs = worker.job, jobs[worker.job].specs
                     try:
                         message = read_message(worker.process.stdout)
                     except (OSError, ValueError):
@@ -318,7 +329,7 @@ class SandboxPool:
                 for worker in [w for w in self._workers if w.job is not None and w.deadline <= now]:
                     selector.unregister(worker.process.stdout)
                     results[worker.job] = self._failed(
-                        jobs[worker.job][1], f"the checks overran the wall-clock limit "
+                        jobs[worker.job].specs, f"the checks overran the wall-clock limit "
                                              f"({self.limits.wall_seconds:g} s)")
                     feed(self._replace(worker))
         finally:

@@ -4,11 +4,15 @@
 are deterministic (no timings); cost and error rates go to the returned metrics.
 
 ``accept``: a trajectory is accepted only if every mandatory criterion of its task passes under
-the configured judge's verdicts (a missing verdict fails).
+the configured judge's verdicts (a missing verdict fails), and it is written as its own assistant
+turns make it when played again (:func:`~interlock.rollout.engine.reenacted_trajectory`): the
+system prompt, the request and every tool result come from the environment, never from the
+record, whichever judge accepted it, so nothing recorded but unjudged can reach a model.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
@@ -31,12 +35,13 @@ from interlock.core.io import (
 )
 from interlock.core.paths import Paths
 from interlock.core.tracking import StageReport
-from interlock.judging.agent import AgentJudge
+from interlock.judging.agent import DEFAULT_EPISODE, AgentJudge
 from interlock.judging.metrics import JudgeStats
-from interlock.judging.sandbox import DEFAULT_LIMITS, Limits
+from interlock.judging.sandbox import DEFAULT_LIMITS, Limits, scratch_base
 from interlock.judging.text import TextJudge
 from interlock.judging.verdicts import Judgement
 from interlock.models.backends import make_backend
+from interlock.rollout.engine import EpisodeLimits, WorkspaceEnvironment, reenacted_trajectory
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.packs import TaskPack
 from interlock.synthesis.tasks import iter_packs, pack_folders
@@ -83,14 +88,15 @@ def collateral_rows(judgements: list[Judgement]) -> list[dict]:
 def run_judge(trajectories: Path, packs_dirs: Sequence[Path], out: Path, *, workers: int | None = None,
               limits: Limits = DEFAULT_LIMITS, agent_backend: ChatBackend | None = None,
               text_backend: ChatBackend | None = None, batch_size: int = 64,
-              progress: bool = True) -> dict:
-    """Both judges over every rollout; writes ``out/{agent,text,collateral}.parquet``, aligned
-    by row group with the trajectories; returns the metrics (cost, error rates)."""
+              episode: EpisodeLimits = DEFAULT_EPISODE, progress: bool = True) -> dict:
+    """Both judges over every rollout (played under ``episode``'s rules); writes
+    ``out/{agent,text,collateral}.parquet``, aligned by row group with the trajectories; returns
+    the metrics (cost, error rates)."""
     packs = load_packs(packs_dirs, trajectory_task_ids(trajectories))
     total = count_rows(trajectories, schemas.TRAJECTORIES)
     stats = JudgeStats()
     text = TextJudge(text_backend)
-    with (AgentJudge(workers=workers, limits=limits, backend=agent_backend) as agent,
+    with (AgentJudge(workers=workers, limits=limits, backend=agent_backend, episode=episode) as agent,
           write_table_set(out, schemas.JUDGE_TABLES) as tables,
           tqdm(total=total, desc="judge", unit="rollout", mininterval=1.0, dynamic_ncols=True,
                disable=not progress) as bar):
@@ -159,14 +165,23 @@ def accepted_rollouts(verdicts_path: Path, mandatory: dict[str, set[str]], judge
             if r not in failed and task in mandatory and passing[r] >= mandatory[task]}
 
 
+def replayed_row(row: dict, pack: TaskPack, episode: EpisodeLimits, source: str) -> dict:
+    """A trajectories row as its assistant turns make it when played again on ``pack``."""
+    with tempfile.TemporaryDirectory(prefix="interlock-accept-", dir=scratch_base()) as folder:
+        environment = WorkspaceEnvironment(pack, Path(folder) / "workspace")
+        return reenacted_trajectory(Trajectory.from_row(row, source), environment, episode).to_row()
+
+
 def run_accept(trajectories: Path, judge_dir: Path, packs_dirs: Sequence[Path], out: Path, *,
-               judge: str) -> tuple[dict, list[dict]]:
-    """Write the accepted trajectories (TRAJECTORIES schema; an empty table if none); return the
-    metrics and the per-domain rows of the acceptance plot."""
+               judge: str, episode: EpisodeLimits = DEFAULT_EPISODE) -> tuple[dict, list[dict]]:
+    """Write the accepted trajectories (TRAJECTORIES schema; an empty table if none), each as its
+    assistant turns make it under ``episode``'s rules; return the metrics and the per-domain rows
+    of the acceptance plot."""
     if judge not in JUDGES:
         raise InterlockError(f"unknown judge {judge!r}; choose from {', '.join(JUDGES)}", field="judge.name")
     mandatory = mandatory_criteria(packs_dirs)
     accepted = accepted_rollouts(judge_dir / f"{judge}.parquet", mandatory, judge)
+    packs = load_packs(packs_dirs, trajectory_task_ids(trajectories))
     by_domain: dict[str, Counter] = defaultdict(Counter)
     by_policy: dict[str, Counter] = defaultdict(Counter)
     totals: Counter = Counter()
@@ -182,7 +197,8 @@ def run_accept(trajectories: Path, judge_dir: Path, packs_dirs: Sequence[Path], 
                     totals["turns"] += row["turns"]
                     totals["tool_calls"] += row["tool_calls"]
             if kept:
-                writer.write(kept)
+                writer.write([replayed_row(row, packs[row["task_id"]], episode, str(trajectories))
+                              for row in kept])
     n, k = totals["rollouts"], totals["accepted"]
     plot = [{"domain_id": d, "rollouts": c["rollouts"], "accepted": c["accepted"],
              "acceptance": round(c["accepted"] / c["rollouts"], 4)} for d, c in sorted(by_domain.items())]
@@ -216,10 +232,12 @@ def judge(params: Params, paths: Paths) -> StageReport:
     model = None
     if params.scale.judging.backend == "policy":
         model = make_backend(params.backbone, paths.model(params.scale.rollouts.policy))
-    backends = {"agent_backend": model, "text_backend": model}
+    # the rules the rollouts and the review's validation rollouts were both played under
+    options = {"agent_backend": model, "text_backend": model,
+               "episode": EpisodeLimits.of(params.scale.rollouts)}
     folders = pack_folders(paths)
-    metrics = {"rollouts": run_judge(paths.trajectories, folders, paths.judgements, **backends),
-               "calibration": run_judge(paths.validation, folders, paths.calibration, **backends)}
+    metrics = {"rollouts": run_judge(paths.trajectories, folders, paths.judgements, **options),
+               "calibration": run_judge(paths.validation, folders, paths.calibration, **options)}
     for pool, summary in metrics.items():
         for name, judged in summary["judges"].items():
             rates = judged["vs_truth"].get("all", {}).get("trajectories") or {}
@@ -234,8 +252,8 @@ def accept(params: Params, paths: Paths) -> StageReport:
     """Keep the trajectories whose every mandatory criterion passes under the configured judge
     (``judge=agent`` or ``judge=text``); report acceptance per domain."""
     metrics, plot = run_accept(paths.trajectories, paths.judgements, pack_folders(paths),
-                               paths.accepted_table,
-                               judge=params.judge.name)
+                               paths.accepted_table, judge=params.judge.name,
+                               episode=EpisodeLimits.of(params.scale.rollouts))
     write_tsv(paths.accept_plot, plot, ["domain_id", "rollouts", "accepted", "acceptance"])
     print(f"accept: {metrics['message']}")
     if not metrics["nothing_accepted"]:

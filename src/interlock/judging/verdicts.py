@@ -1,8 +1,19 @@
-"""What every judge returns, and what acceptance means."""
+"""What every judge returns, what acceptance means, and the one answer a model judge may give.
+
+A model judge (the text judge's model, the agent judge's model review) answers in one fixed
+structure, :class:`AnswerForm`: its final reply must be exactly one JSON object
+``{"nonce": "<nonce>", "verdicts": {"C1": true, "C2": false}}`` (optionally with a short
+``"reason"``), nothing before or after it. The nonce is a digest of the judge's own request: no
+text an agent wrote can hold it, so no verdict an agent planted in a transcript or a file, and no
+echo of the judge's prompt, reads as the judge's answer.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from interlock.core.chat import Message, render_turn
@@ -136,3 +147,123 @@ def _clip_lines(lines: list[str], max_chars: int) -> str:
 def _name(name: str | None) -> str:
     """A tool name as a header shows it: the agent chose it, so only a plain identifier passes."""
     return name if name and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", name) else "?"
+
+
+# ----------------------------------------------------------------------------- a model judge's answer
+
+#: hex digits of an answer's nonce (64 bits)
+NONCE_HEX = 16
+#: the most characters an answer's optional reason may have
+REASON_CHARS = 200
+#: the answer's keys: the two it must have, and the one it may add
+_REQUIRED, _OPTIONAL = ("nonce", "verdicts"), ("reason",)
+#: one markdown code fence around the whole answer (``` or ```json), which a reply may add
+_FENCE = re.compile(r"```(?:json)?[ \t]*\n(.*)\n[ \t]*```", re.DOTALL)
+
+
+class Refused(ValueError):
+    """A reply that is not an answer; the message says why."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a model judge answered: a verdict for every criterion it was asked about."""
+
+    verdicts: dict[str, bool]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class AnswerForm:
+    """The answer one model-judge request must give: its nonce and the criteria it asks about.
+
+    - :meth:`instructions`: how the prompt asks for it, with an example that is itself no answer
+      (its verdicts are the placeholder string ``"true or false"``), so a model that echoes its
+      prompt gives no verdict;
+    - :meth:`schema`: the JSON schema of the answer, for backends that constrain decoding to it
+      (``ChatRequest.response_format``); the strict form: the nonce pinned by ``const``, every
+      criterion a required boolean, no other key (no ``reason``: a constrained decoder cannot be
+      told to stop a free string in time, and OpenAI's strict mode takes no optional keys);
+    - :meth:`parse`: the answer, read strictly from the whole reply, or :class:`Refused`."""
+
+    nonce: str
+    criterion_ids: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.criterion_ids:  # its example would then be an answer
+            raise ValueError("an answer form asks about at least one criterion")
+
+    @classmethod
+    def of(cls, key: str, criterion_ids: Sequence[str], prompt: str) -> AnswerForm:
+        """The form of a request: ``key`` is the judge's own name for it, ``prompt`` everything it
+        shows the model before the instructions (the agent's quoted text included). The nonce is
+        their digest, so the agent's text cannot contain it (it would have to contain a digest of
+        itself), and the same request always gets the same nonce (runs are reproducible)."""
+        ids = tuple(criterion_ids)
+        text = "\0".join(["interlock/answer/v1", key, *ids, prompt])
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        return cls(digest[:NONCE_HEX], ids)
+
+    def instructions(self) -> str:
+        example = json.dumps({"nonce": self.nonce,
+                              "verdicts": dict.fromkeys(self.criterion_ids, "true or false"),
+                              "reason": "one short sentence (optional)"})
+        return ("Answer with exactly one JSON object and nothing else (no text before or after it):\n"
+                f"{example}\n"
+                f"with \"nonce\" exactly \"{self.nonce}\", one key in \"verdicts\" for each of "
+                f"{', '.join(self.criterion_ids)} and no other, each \"true or false\" replaced by "
+                "the JSON boolean true (met) or false (not met), unquoted, and \"reason\" left out "
+                f"or at most {REASON_CHARS} characters.")
+
+    def schema(self) -> dict:
+        verdicts = {"type": "object",
+                    "properties": {cid: {"type": "boolean"} for cid in self.criterion_ids},
+                    "required": list(self.criterion_ids), "additionalProperties": False}
+        return {"type": "object", "properties": {"nonce": {"type": "string", "const": self.nonce},
+                                                 "verdicts": verdicts},
+                "required": list(_REQUIRED), "additionalProperties": False}
+
+    def parse(self, reply: str) -> Answer:
+        """The answer ``reply`` is, or :class:`Refused`: after stripping surrounding whitespace
+        (and one code fence around everything), the reply must be one JSON object with this
+        form's nonce, a boolean for exactly its criteria, no repeated and no other keys."""
+        text = reply.strip()
+        fenced = _FENCE.fullmatch(text)
+        text = fenced.group(1).strip() if fenced else text
+        try:
+            value = json.loads(text, object_pairs_hook=_unique, parse_constant=_no_constant)
+        except Refused:
+            raise
+        except (ValueError, RecursionError) as exc:  # not JSON, text around it, two objects
+            raise Refused(f"not one JSON object ({getattr(exc, 'msg', type(exc).__name__)})") from None
+        if not isinstance(value, dict):
+            raise Refused(f"a JSON {type(value).__name__}, not an object")
+        keys = set(value)
+        if not set(_REQUIRED) <= keys <= {*_REQUIRED, *_OPTIONAL}:
+            raise Refused(f"keys {sorted(keys)}, not nonce and verdicts (and reason)")
+        if value["nonce"] != self.nonce:
+            raise Refused("the wrong nonce")
+        verdicts = value["verdicts"]
+        if not isinstance(verdicts, dict):
+            raise Refused(f"verdicts that are a JSON {type(verdicts).__name__}, not an object")
+        if set(verdicts) != set(self.criterion_ids):
+            named = ", ".join(sorted(verdicts))[:200]
+            raise Refused(f"verdicts for {named or 'nothing'}, not for {', '.join(self.criterion_ids)}")
+        wrong = sorted(cid for cid, verdict in verdicts.items() if not isinstance(verdict, bool))
+        if wrong:
+            raise Refused(f"verdicts that are not true or false: {', '.join(wrong)}")
+        reason = value.get("reason", "")
+        if not isinstance(reason, str) or len(reason) > REASON_CHARS:
+            raise Refused(f"a reason that is not a string of at most {REASON_CHARS} characters")
+        return Answer(dict(verdicts), reason)
+
+
+def _unique(pairs: list[tuple[str, object]]) -> dict:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise Refused("a repeated key")
+    return dict(pairs)
+
+
+def _no_constant(name: str) -> object:
+    raise Refused(f"{name} is not JSON")

@@ -28,6 +28,14 @@ of their scale, against 1e-6 without); with Q8_0 the cache is f16, flash attenti
 slower on these CPUs). Memory: the cache is allocated whole, ``max_sequences x max_context``
 cells; SmolLM2 takes 23 KB a cell at f16 (6 GB for 32 episodes of 8,192 tokens), 46 KB at f32.
 
+A request with a ``response_format`` (a JSON schema: a model judge's answer) is decoded under
+llama.cpp's grammar sampler: the schema becomes a GBNF grammar (llama-cpp-python's
+``json_schema_to_gbnf``), and at every step the row's logits are masked to the tokens the grammar
+allows next (``llama_sampler_apply``), then the sampled token is fed to it
+(``llama_sampler_accept``); the end of turn is allowed only once the answer is complete. The
+sampling rule is otherwise the shared one; the caller still validates the reply (a reply cut at
+``max_new_tokens`` is incomplete).
+
 llama.cpp comes from ``llama-cpp-python``, built from source by the project's set-up with the
 flags that work on these machines (``make llamacpp``; see the Makefile).
 """
@@ -35,6 +43,7 @@ flags that work on these machines (``make llamacpp``; see the Makefile).
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import time
 from collections import OrderedDict
@@ -78,6 +87,51 @@ def _silence(llama_cpp) -> None:
         llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
 
 
+class _Grammar:
+    """llama.cpp's grammar sampler for one row constrained to a JSON schema: it masks the row's
+    logits to the tokens the grammar allows next, and is told each token the row takes."""
+
+    #: llama.cpp's ``llama_token_data`` (id, logit, p) as a numpy record
+    TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+
+    def __init__(self, lib, vocab, n_vocab: int, schema: dict) -> None:
+        from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+        if ctypes.sizeof(lib.llama_token_data) != self.TOKEN_DATA.itemsize:
+            raise InterlockError("this llama-cpp-python's llama_token_data is not (int32, float, float)",
+                                 field="backbone.backend")
+        self._lib, self.n_vocab = lib, n_vocab
+        grammar = json_schema_to_gbnf(json.dumps(schema))
+        self._sampler = lib.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+        if not self._sampler:
+            raise InterlockError("llama.cpp cannot make a grammar of this response format",
+                                 field="response_format")
+        self._ids = np.arange(n_vocab, dtype=np.int32)
+        self._data = np.zeros(n_vocab, dtype=self.TOKEN_DATA)
+        self._array = lib.llama_token_data_array(
+            data=ctypes.cast(self._data.ctypes.data, lib.llama_token_data_p), size=n_vocab, selected=-1,
+            sorted=False)
+
+    def mask(self, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` with every token the grammar refuses next at minus infinity."""
+        data = self._data
+        data["id"], data["logit"], data["p"] = self._ids, logits.numpy(), 0.0
+        self._array.size, self._array.selected, self._array.sorted = self.n_vocab, -1, False
+        self._lib.llama_sampler_apply(self._sampler, ctypes.byref(self._array))
+        kept = data[:self._array.size]
+        masked = np.full(self.n_vocab, -np.inf, dtype=np.float32)
+        masked[kept["id"]] = kept["logit"]
+        return torch.from_numpy(masked)
+
+    def accept(self, token: int) -> None:
+        self._lib.llama_sampler_accept(self._sampler, token)
+
+    def close(self) -> None:
+        if self._sampler:
+            self._lib.llama_sampler_free(self._sampler)
+            self._sampler = None
+
+
 class _Sequence:
     """An episode's place in the context: its sequence id and the token ids cached under it."""
 
@@ -115,7 +169,9 @@ class LlamaCppBackend(LocalBackend):
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params)
         if not self._model:
             raise InterlockError("llama.cpp cannot load this GGUF file", file=str(path))
-        self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(self._model))
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self._grammars: dict[int, _Grammar] = {}  # row index -> its grammar, while a turn is generated
         threads = threads or len(os.sched_getaffinity(0))
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = self.max_context * max_sequences
@@ -156,6 +212,38 @@ class LlamaCppBackend(LocalBackend):
     # ------------------------------------------------------------------------- generation
 
     def _generate(self, rows: list[Row]) -> None:
+        try:
+            for row in rows:
+                if row.request.response_format is not None:
+                    self._grammars[row.index] = _Grammar(self._lib, self._vocab, self.n_vocab,
+                                                         row.request.response_format)
+            self._generate_rows(rows)
+        finally:
+            for grammar in self._grammars.values():
+                grammar.close()
+            self._grammars = {}
+
+    def sample(self, rows: list[Row], logits: torch.Tensor) -> None:
+        """The shared sampling rule, on logits masked by each constrained row's grammar; the token
+        a constrained row takes is fed to its grammar."""
+        constrained = [(i, row, self._grammars[row.index]) for i, row in enumerate(rows)
+                       if row.index in self._grammars]
+        if not constrained:
+            super().sample(rows, logits)
+            return
+        logits = logits.clone()
+        for i, row, grammar in constrained:
+            logits[i] = grammar.mask(logits[i])
+            if not torch.isfinite(logits[i]).any():  # the grammar allows nothing more: the turn ends
+                row.done = "stop"
+        open_rows = [i for i, row in enumerate(rows) if row.done is None]
+        before = [len(row.generated) for row in rows]
+        super().sample([rows[i] for i in open_rows], logits[open_rows])
+        for i, row, grammar in constrained:
+            if len(row.generated) > before[i]:
+                grammar.accept(row.generated[-1])
+
+    def _generate_rows(self, rows: list[Row]) -> None:
         start = time.perf_counter()
         logits = torch.stack([self._prefill(row, rows) for row in rows])
         self.stats.prefill_seconds += time.perf_counter() - start

@@ -12,6 +12,11 @@ retried with exponential backoff and jitter seeded by the request (or after the 
 (``server_error``, ``bad_reply``) with the reason in its ``detail``, never as an exception:
 whatever a server sends is hostile input. Structured ``tool_calls`` in an answer are turned back
 into the project's ``<tool_call>`` text, so trajectories look the same whatever the server.
+
+A request with a ``response_format`` (a JSON schema: a model judge's answer) asks the server to
+constrain its reply to it, as OpenAI's structured outputs (``{"type": "json_schema",
+"json_schema": {"name": ..., "schema": ..., "strict": true}}``; vLLM's and SGLang's servers take
+the same field). A server that ignores it still has its reply validated by the caller.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from interlock.core.seeds import stable_seed
 MAX_REPLY_BYTES = 4 * 2**20
 #: token counts a server reports must fit the trajectories' columns
 MAX_TOKENS = 2**31 - 1
+#: the name a constrained reply's schema goes by (OpenAI's ``json_schema.name``)
+SCHEMA_NAME = "answer"
 
 
 @dataclass
@@ -179,6 +186,9 @@ class OpenAIBackend:
                 "seed": request.seed, "stream": False}
         if request.tools:
             body["tools"] = list(request.tools)
+        if request.response_format is not None:
+            body["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": SCHEMA_NAME, "schema": request.response_format, "strict": True}}
         return body
 
     def _backoff(self, failures: int) -> float:

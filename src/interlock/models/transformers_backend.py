@@ -33,6 +33,11 @@ against 5).
 
 Tokenizing, stopping and sampling are :class:`~interlock.models.local.LocalBackend`'s, shared with
 the ``llamacpp`` backend.
+
+A request's ``response_format`` (a JSON schema: a model judge's answer) is not enforced here:
+transformers has no schema-constrained decoding of its own, so the model decodes freely and the
+caller's strict reading of the reply (:meth:`interlock.judging.verdicts.AnswerForm.parse`) is the
+only defence; a reply that is not exactly the answer is no verdict.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ One ``LLM.chat`` call per turn carries every live episode; vLLM's automatic pref
 keeps each conversation's prefix, which is what the transformers backend does by hand on CPU.
 Tensor parallelism comes from the config; data parallelism from running several engines (DVC
 queue workers or Ray replicas).
+
+A request with a ``response_format`` (a JSON schema: a model judge's answer) is decoded under
+vLLM's structured outputs (``SamplingParams(structured_outputs=StructuredOutputsParams(json=
+schema))``, the API since vLLM 0.12, which removed ``guided_decoding``); the caller still
+validates the reply. Written against vLLM's current source, not run here (no GPU machine).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class VLLMBackend:
 
     def complete(self, requests: list[ChatRequest]) -> list[Completion]:
         from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
 
         tokenizer = self.llm.get_tokenizer()
         prompts, fits = [], []
@@ -45,7 +51,10 @@ class VLLMBackend:
         outputs = self.llm.generate(
             [{"prompt_token_ids": prompts[i]} for i in live],
             [SamplingParams(temperature=requests[i].temperature, max_tokens=requests[i].max_new_tokens,
-                            seed=requests[i].seed, stop=["<|im_end|>"]) for i in live],
+                            seed=requests[i].seed, stop=["<|im_end|>"],
+                            structured_outputs=None if requests[i].response_format is None
+                            else StructuredOutputsParams(json=requests[i].response_format))
+             for i in live],
             use_tqdm=False)
         completions = [Completion("", len(p), 0, "context") for p in prompts]
         for i, output in zip(live, outputs, strict=True):

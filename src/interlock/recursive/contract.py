@@ -174,8 +174,9 @@ def file_facts(path: str, text: str) -> dict[str, str]:
 
 def criterion_key(kind: str, node_keys: list[str]) -> str:
     """A criterion by what it is about: a decision's primary and grounding criteria by the
-    decision, a realization criterion by its effect, a coupling criterion by its hyperedge."""
-    if kind == "no_collateral" or not node_keys:
+    decision, a realization criterion by its effect, a coupling criterion by its hyperedge; the
+    guard and the submit criterion, which are about the whole episode, by their kind."""
+    if kind in ("no_collateral", "submit") or not node_keys:
         return kind
     return f"{kind}@{node_keys[1] if kind == 'realization' else node_keys[0]}"
 

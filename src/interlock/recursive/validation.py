@@ -27,7 +27,7 @@ from interlock.recursive.contract import (
     task_facts,
 )
 from interlock.recursive.operators import Rewrite
-from interlock.review.controls import reference_calls
+from interlock.review.controls import reference_calls, submitted
 from interlock.review.static import review_pack
 from interlock.synthesis.blueprints import Blueprint
 from interlock.synthesis.catalog import Domain
@@ -89,8 +89,8 @@ def parent_solution_problems(parent: TaskPack, child: Task, contract: Transforma
     """The parent's reference solution replayed on the child's initial workspace: it must pass
     every criterion the contract leaves unchanged, and where the operator claims to add a
     requirement it must fail at least one mandatory criterion the contract adds or changes."""
-    _, final = replay(child.pack.files, reference_calls(parent))
-    view, keys = View(final), element_keys(child.graph)
+    steps, final = replay(child.pack.files, reference_calls(parent))
+    view, keys = View(final, submitted=submitted(steps)), element_keys(child.graph)
     criteria = contract.changes["criteria"]
     claimed = {*criteria.added, *criteria.changed}
     problems, asked_more = [], False

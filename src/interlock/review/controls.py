@@ -36,9 +36,14 @@ def reference_calls(pack: TaskPack) -> list[ToolCall]:
 
 def run_reference(pack: TaskPack) -> ReferenceRun:
     steps, final = replay(pack.files, reference_calls(pack))
-    view = View(final)
+    view = View(final, submitted=submitted(steps))
     return ReferenceRun(steps, final, {c.criterion_id: run_check(pack.checks[c.criterion_id], view)
                                               for c in pack.rubric})
+
+
+def submitted(steps: list[dict]) -> bool:
+    """Whether a run of tool calls (:func:`~interlock.synthesis.oracle.replay`'s steps) submitted."""
+    return any(s["tool"] == "submit" and s["ok"] for s in steps)
 
 
 def control_problems(pack: TaskPack, reference: ReferenceRun | None = None) -> list[dict]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from interlock.core.chat import ToolCall
-from interlock.review.controls import ReferenceRun
+from interlock.review.controls import ReferenceRun, submitted
 from interlock.synthesis.checks import View, run_check
 from interlock.synthesis.kinds.couplings import COUPLING_KINDS, Constraint, resolve
 from interlock.synthesis.kinds.decisions import DECISION_KINDS
@@ -113,11 +113,11 @@ def critic_problems(pack: TaskPack, reference: ReferenceRun | None = None) -> li
     except (NotDerivable, KeyError, ValueError) as exc:
         reason = f"cannot be solved from public material: {exc}"
         return [{"criterion_id": c.criterion_id, "problem": reason} for c in pack.rubric]
-    _, final = replay(files, calls)
+    steps, final = replay(files, calls)
     if reference is not None and final.contents == reference.final.contents:
         results = reference.results
     else:
-        view = View(final)
+        view = View(final, submitted=submitted(steps))
         results = {c.criterion_id: run_check(pack.checks[c.criterion_id], view) for c in pack.rubric}
     problems = []
     for criterion in pack.rubric:

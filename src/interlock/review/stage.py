@@ -17,6 +17,7 @@ from interlock.core.tracking import StageReport
 from interlock.judging.agent import AgentJudge
 from interlock.review.execution import ExecutionGate
 from interlock.review.static import review_pack
+from interlock.rollout.engine import RolloutLimits
 from interlock.rollout.solvers import solver_backend
 from interlock.synthesis.catalog import Catalog
 from interlock.synthesis.graph import CompletionGraph
@@ -95,8 +96,9 @@ def _execution_gate(gate: ExecutionGate, catalog: Catalog, graphs: list[Completi
 
 def review(params: Params, paths: Paths) -> StageReport:
     solver, policy = solver_backend(params.scale.validation.solver, params, paths.base_model, "base")
-    with AgentJudge() as judge:
-        gate = ExecutionGate(solver, judge, policy=policy, seed=params.seed)
+    limits = RolloutLimits.of(params.scale.rollouts, params.backbone.generation)
+    with AgentJudge(episode=limits.episode) as judge:
+        gate = ExecutionGate(solver, judge, policy=policy, seed=params.seed, limits=limits)
         summary = run_review(paths.graphs, paths.packs, paths.review, catalog=load_domains(paths.domains),
                              gate=gate)
     for pool, counts in summary.items():

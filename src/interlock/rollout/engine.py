@@ -16,10 +16,17 @@ an external benchmark brings its own (BFCL's simulated APIs), with its own
 several tool calls; malformed calls, unknown tools and bad arguments come back as error
 observations; a turn without calls ends the episode, or hands the agent the environment's next
 user message; every episode records why it ended.
+
+An episode can be played again from its record alone (:func:`reenact`): an assistant message
+keeps, as its text, all the model wrote but the calls that ran, so the engine's answer to every
+turn (:func:`respond`) is given again by a fresh environment. That is how the agent judge checks
+that a record is what its environment produced (:func:`record_problem`), how ``accept`` writes
+what may be trained on (:func:`reenacted_trajectory`), and how a correction continues a prefix.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import time
@@ -37,7 +44,8 @@ from interlock.core.backend import (
     ConcurrentBackend,
     EpisodeTask,
 )
-from interlock.core.chat import Message, ToolCall, ToolResult, parse_turn
+from interlock.core.chat import Message, ToolCall, ToolResult, parse_turn, render_call
+from interlock.core.errors import InterlockError
 from interlock.rollout.trajectory import FinishReason, Trajectory
 from interlock.synthesis.packs import TaskPack
 from interlock.synthesis.tasks import TaskContext
@@ -68,6 +76,13 @@ class EpisodeLimits:
     max_turns: int  # assistant turns per user message (per episode where there is one request)
     max_calls_per_turn: int | None = None  # None: every call a turn writes runs
     max_observation_chars: int | None = None  # longer tool outputs are clipped; None: never
+
+    @classmethod
+    def of(cls, rollouts) -> EpisodeLimits:
+        """The workspace tasks' rules as the config sets them (``scale.rollouts``): every stage that
+        rolls out or judges a workspace episode plays it by these."""
+        return RolloutLimits(max_turns=rollouts.max_turns,
+                             max_observation_chars=rollouts.max_observation_chars).episode
 
 
 @dataclass(frozen=True)
@@ -112,9 +127,6 @@ class Environment(Protocol):
         """The episode's final state as the trajectory records it (``final_files``, ``diff``);
         the environment is released."""
 
-    def replay(self, messages: list[Message]) -> None:
-        """Run a conversation's tool calls again (an episode that continues from a prefix)."""
-
 
 class WorkspaceEnvironment:
     """A task's workspace on disk and the file tools: the synthesized tasks' environment."""
@@ -131,14 +143,6 @@ class WorkspaceEnvironment:
         if not isinstance(episode.task, TaskContext):
             raise TypeError(f"a workspace episode needs a compiled task, not {type(episode.task).__name__}")
         return cls(episode.task.pack, folder)
-
-    def replay(self, messages: list[Message]) -> None:
-        """Run a finished episode's tool calls again, as the engine ran them: every call of every
-        assistant turn, in order, up to the one that submitted."""
-        for message in messages:
-            for call in message.tool_calls if message.role == "assistant" else ():
-                if self.execute(call).submitted:
-                    return
 
     def opening(self) -> list[Message]:
         return [Message("system", SYSTEM_PROMPT), Message("user", self.pack.request)]
@@ -207,7 +211,7 @@ def _lockstep(waiting: Iterator[Episode], backend: ChatBackend, limits: RolloutL
             episode = next(waiting, None)
             if episode is None:
                 break
-            live.append(_start(episode, backend, workdir))
+            live.append(_start(episode, backend, workdir, limits))
         if not live:
             return
         for episode, completion in zip(live, backend.complete([_request(e, limits) for e in live]),
@@ -234,7 +238,7 @@ def _async(waiting: Iterator[Episode], backend: ConcurrentBackend, limits: Rollo
                 episode = next(waiting, None)
                 if episode is None:
                     break
-                send(_start(episode, backend, workdir))
+                send(_start(episode, backend, workdir, limits))
             if not in_flight:
                 return
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
@@ -249,13 +253,17 @@ def _async(waiting: Iterator[Episode], backend: ConcurrentBackend, limits: Rollo
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _start(episode: Episode, backend: ChatBackend, workdir: Path) -> Episode:
+def _start(episode: Episode, backend: ChatBackend, workdir: Path, limits: RolloutLimits) -> Episode:
     episode.started = time.perf_counter()
     episode.environment = episode.open_environment(episode, workdir / episode.rollout_id)
-    if episode.prefix:
-        episode.messages = list(episode.prefix)
-        episode.environment.replay(episode.messages)
-        episode.turns, episode.tool_calls, episode.invalid_calls = conversation_counts(episode.messages)
+    if episode.prefix:  # its turns answered again by this environment: what the record goes on from
+        enacted = reenact(episode.environment, episode.prefix, episode.limits or limits.episode)
+        if enacted.finish_reason is not None:
+            raise InterlockError(f"the prefix to continue has already ended ({enacted.finish_reason})",
+                                 item=episode.rollout_id, field="prefix")
+        episode.messages = enacted.messages
+        episode.turns, episode.steps = enacted.turns, enacted.steps
+        episode.tool_calls, episode.invalid_calls = enacted.tool_calls, enacted.invalid_calls
     else:
         episode.messages = episode.environment.opening()
     backend.begin(episode.rollout_id, episode.task)
@@ -286,41 +294,183 @@ def _advance(episode: Episode, completion: Completion, limits: RolloutLimits) ->
         episode.finish_reason = "max_turns"
 
 
-def conversation_counts(messages: list[Message]) -> tuple[int, int, int]:
-    """Assistant turns, tool calls and invalid calls (error observations) of a conversation."""
-    return (sum(m.role == "assistant" for m in messages),
-            sum(len(m.tool_calls) for m in messages if m.role == "assistant"),
-            sum(m.role == "tool" and m.content.startswith("error") for m in messages))
-
-
 def _act(episode: Episode, text: str, limits: EpisodeLimits) -> None:
-    """Parse one assistant turn, run its calls, append the observations."""
+    """Parse one assistant turn, record it, run its calls, append the observations."""
+    turn = assistant_message(text, limits.max_calls_per_turn)
+    episode.messages.append(turn)
+    response = respond(episode.environment, turn, limits)
+    episode.messages += response.messages
+    episode.tool_calls += response.tool_calls
+    episode.invalid_calls += response.invalid_calls
+    if response.user:
+        episode.steps = 0
+    episode.finish_reason = response.finish_reason
+
+
+# ----------------------------------------------------------------------------- one turn, and again
+
+def assistant_message(text: str, max_calls: int | None) -> Message:
+    """An assistant turn as the conversation records it: the calls the engine runs (the first
+    ``max_calls``), and as its text everything else the model wrote, a malformed call's markup and
+    the calls past the cap included, so that the engine's answer to the turn can be given again
+    from the record alone (:func:`respond`)."""
     parsed = parse_turn(text)
-    calls = parsed.calls[:limits.max_calls_per_turn]  # a None bound slices nothing off
-    episode.messages.append(Message("assistant", parsed.content, calls))
-    for problem in parsed.problems:
-        episode.invalid_calls += 1
-        episode.messages.append(Message("tool", f"error: {problem}", name="invalid"))
-    if len(calls) < len(parsed.calls):
-        episode.messages.append(Message("tool", f"error: at most {limits.max_calls_per_turn} tool calls "
-                                                "per turn; the rest were not run", name="invalid"))
-    if not calls and not parsed.problems:
-        message = episode.environment.next_user_message()
+    run = parsed.calls[:max_calls]
+    return Message("assistant", parsed.remainder(len(run)), run)
+
+
+@dataclass(frozen=True)
+class Response:
+    """What the engine appends after one assistant turn, and what the turn did."""
+
+    messages: tuple[Message, ...]
+    tool_calls: int  # calls run
+    invalid_calls: int  # malformed calls and calls that came back as errors
+    finish_reason: FinishReason | None  # ``submitted`` or ``no_tool_call`` where the turn ended the episode
+    user: bool = False  # the environment answered with its next user message
+
+
+def respond(environment: Environment, turn: Message, limits: EpisodeLimits,
+            on_call: Callable[[ToolCall, ToolResult], None] | None = None) -> Response:
+    """The engine's answer to a recorded assistant turn: an error for each malformed call and for
+    calls past the cap (both read from the turn's text), then each call run in the environment
+    up to the one that submits (``on_call`` sees each call and its result), or, for a turn without
+    calls, the environment's next user message or the end."""
+    left = parse_turn(turn.content)
+    messages = [Message("tool", f"error: {problem}", name="invalid") for problem in left.problems]
+    if left.calls:
+        messages.append(Message("tool", f"error: at most {limits.max_calls_per_turn} tool calls per turn; "
+                                        "the rest were not run", name="invalid"))
+    if not turn.tool_calls and not left.problems and not left.calls:
+        message = environment.next_user_message()
         if message is None:
-            episode.finish_reason = "no_tool_call"
-        else:
-            episode.messages.append(message)
-            episode.steps = 0
-        return
-    for call in calls:
-        result = episode.environment.execute(call)
-        episode.tool_calls += 1
-        episode.invalid_calls += not result.ok
-        episode.messages.append(Message("tool", _clip(result.output, limits.max_observation_chars),
-                                        name=call.name))
+            return Response((), 0, 0, "no_tool_call")
+        return Response((message,), 0, 0, None, user=True)
+    calls = failed = 0
+    for call in turn.tool_calls:
+        result = environment.execute(call)
+        if on_call is not None:
+            on_call(call, result)
+        calls += 1
+        failed += not result.ok
+        messages.append(Message("tool", _clip(result.output, limits.max_observation_chars), name=call.name))
         if result.submitted:
-            episode.finish_reason = "submitted"
-            return
+            return Response(tuple(messages), calls, len(left.problems) + failed, "submitted")
+    return Response(tuple(messages), calls, len(left.problems) + failed, None)
+
+
+@dataclass(frozen=True)
+class Reenactment:
+    """A conversation as the engine records it, given only its assistant turns: the opening and
+    every observation come from the environment, none from the record."""
+
+    messages: list[Message]
+    finish_reason: FinishReason | None  # how the turns end the episode; None: they had not ended it
+    turns: int
+    steps: int  # assistant turns since the last user message
+    tool_calls: int
+    invalid_calls: int
+    unplayed: int  # recorded assistant turns after the episode had ended
+
+    @property
+    def counted_turns(self) -> int:
+        """The turns a trajectory records: an episode its backend ended (the turns had not) also
+        counts the turn that produced nothing."""
+        return self.turns + (self.finish_reason is None)
+
+
+def reenact(environment: Environment, recorded: Iterable[Message], limits: EpisodeLimits,
+            on_call: Callable[[ToolCall, ToolResult], None] | None = None) -> Reenactment:
+    """Play a record's assistant turns again in a fresh ``environment`` under the episode's rules:
+    what the policy wrote is all that is taken from the record."""
+    messages = list(environment.opening())
+    turns = steps = calls = invalid = unplayed = 0
+    finish: FinishReason | None = None
+    for turn in (m for m in recorded if m.role == "assistant"):
+        if finish is not None:
+            unplayed += 1
+            continue
+        turns += 1
+        steps += 1
+        messages.append(turn)
+        response = respond(environment, turn, limits, on_call)
+        messages += response.messages
+        calls += response.tool_calls
+        invalid += response.invalid_calls
+        steps = 0 if response.user else steps
+        finish = response.finish_reason or ("max_turns" if steps >= limits.max_turns else None)
+    return Reenactment(messages, finish, turns, steps, calls, invalid, unplayed)
+
+
+def record_problem(trajectory: Trajectory, enacted: Reenactment, limits: EpisodeLimits) -> str | None:
+    """Where a recorded episode is not what the engine records for its own assistant turns (None:
+    it is): a message the environment did not give (a system prompt or request swapped, a tool
+    result edited, added or removed, a user turn inserted), an assistant turn the engine never
+    records, turns after the end, or an ending or count the turns do not make."""
+    for index, message in enumerate(trajectory.messages):
+        if message.role == "assistant" and (problem := _turn_problem(message, limits)):
+            return f"message {index} (assistant) is not a turn the engine records: {problem}"
+    recorded, expected = trajectory.messages, enacted.messages
+    for index in range(max(len(recorded), len(expected))):
+        mine = recorded[index] if index < len(recorded) else None
+        theirs = expected[index] if index < len(expected) else None
+        if mine != theirs:
+            return _difference(index, mine, theirs)
+    ending = trajectory.finish_reason
+    if enacted.finish_reason is not None and ending != enacted.finish_reason:
+        return f"it is recorded as ending by {ending!r}, but its turns end it by {enacted.finish_reason!r}"
+    if enacted.finish_reason is None and ending not in ENDINGS.values():
+        return f"it is recorded as ending by {ending!r}, but its turns had not ended it"
+    counts = {"turns": (trajectory.turns, enacted.counted_turns),
+              "tool_calls": (trajectory.tool_calls, enacted.tool_calls),
+              "invalid_calls": (trajectory.invalid_calls, enacted.invalid_calls)}
+    wrong = [f"{name} {mine} (its turns make {theirs})" for name, (mine, theirs) in counts.items()
+             if mine != theirs]
+    return f"it records {', '.join(wrong)}" if wrong else None
+
+
+def reenacted_trajectory(trajectory: Trajectory, environment: Environment,
+                         limits: EpisodeLimits) -> Trajectory:
+    """The trajectory as the environment makes it from the record's assistant turns alone (every
+    other message, the counts and the final state replayed; the environment is released): what
+    may be trained on, whatever else the record held."""
+    enacted = reenact(environment, trajectory.messages, limits)
+    final_files, diff = environment.close()
+    return dataclasses.replace(
+        trajectory, messages=enacted.messages, turns=enacted.counted_turns,
+        tool_calls=enacted.tool_calls, invalid_calls=enacted.invalid_calls,
+        finish_reason=enacted.finish_reason or trajectory.finish_reason, final_files=final_files, diff=diff)
+
+
+def _turn_problem(turn: Message, limits: EpisodeLimits) -> str | None:
+    """Why a recorded assistant turn is not one :func:`assistant_message` makes, or None."""
+    cap = limits.max_calls_per_turn
+    if turn.name is not None or turn.content != turn.content.strip():
+        return "its name or the space around its text"
+    if cap is not None and len(turn.tool_calls) > cap:
+        return f"{len(turn.tool_calls)} calls, where a turn runs at most {cap}"
+    for number, call in enumerate(turn.tool_calls, start=1):
+        if parse_turn(render_call(call)).calls != (call,):
+            return f"call {number} is not one the tool-call protocol reads back"
+    if parse_turn(turn.content).calls and len(turn.tool_calls) != cap:
+        return "its text holds a call the engine would have run"
+    return None
+
+
+def _difference(index: int, recorded: Message | None, expected: Message | None) -> str:
+    if expected is None:
+        return f"message {index} ({_label(recorded)}) comes after the episode ended"
+    if recorded is None:
+        return f"message {index} ({_label(expected)}) is missing from the record"
+    if recorded.role != expected.role or recorded.name != expected.name:
+        return f"message {index} is {_label(recorded)} where the episode has {_label(expected)}"
+    source = {"system": "the rollouts' system prompt", "user": "what the task asks",
+              "tool": f"what {expected.name} returns on replay"}.get(expected.role, "the recorded turn")
+    return f"message {index} ({_label(expected)}) is not {source}"
+
+
+def _label(message: Message) -> str:
+    return f"{message.role}, {message.name}" if message.role == "tool" else message.role
 
 
 def _clip(text: str, limit: int | None) -> str:

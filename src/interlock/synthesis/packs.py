@@ -21,9 +21,11 @@ from interlock.synthesis.graph import RULE_CLAUSE, CompletionGraph, Node
 from interlock.synthesis.kinds.decisions import DECISION_KINDS
 from interlock.synthesis.kinds.effects import (
     EFFECT_KINDS,
+    FIELD_FORMATS,
     REGISTER_COLUMNS,
     REGISTER_PATH,
     Realization,
+    field_format,
     realizations,
     register_entry,
 )
@@ -39,12 +41,15 @@ OPTIONS_LINE = Template("The {option_plural} to choose from are in `{options_tab
 REGISTER_LINE = Template("Record each decision in `{file}` with case_id, outcome and basis (the "
                          "policy clause that decided it, such as P-1).")
 CLAUSE_LINE = Template("- **{ref}.** {text}")
+FORMATS_LINE = (f"Write every value as {FIELD_FORMATS['text']}; amounts as {FIELD_FORMATS['amount']}. "
+                "Record values are text.")
+SUBMIT_LINE = "Call submit when everything is recorded."
 
 
 @dataclass(frozen=True)
 class Criterion:
     criterion_id: str
-    kind: str  # primary, grounding, realization, coupling, no_collateral
+    kind: str  # primary, grounding, realization, coupling, no_collateral, submit
     node_ids: tuple[str, ...]
     mandatory: bool
     weight: float
@@ -72,6 +77,12 @@ class TaskPack:
     def public_files(self) -> dict[str, str]:
         """What the solver sees: the workspace, including the request."""
         return self.files
+
+    def guard_check(self) -> dict | None:
+        """The guard's ``no_collateral`` check (None where the pack has no guard)."""
+        guard = next((c for c in self.rubric if c.guard), None)
+        spec = self.checks.get(guard.criterion_id) if guard else None
+        return spec if spec and spec.get("op") == "no_collateral" else None
 
 
 class WorkspaceGenerator(Protocol):
@@ -135,7 +146,7 @@ def scripted_request(graph: CompletionGraph, domain: Domain) -> tuple[str, list[
     for spec in requested_effects(graph, domain):
         kind = EFFECT_KINDS[spec.kind]
         lines.append("- " + kind.render(kind.words(domain, spec)))
-    lines += ["", "Call submit when everything is recorded."]
+    lines += ["", FORMATS_LINE, "", SUBMIT_LINE]
     contract = []
     for decision in graph.of_kind("decision"):
         a = decision.attrs
@@ -154,8 +165,11 @@ def requested_effects(graph: CompletionGraph, domain: Domain) -> list:
 
 
 def _deliverable(position: int, kind: str, node_ids: list[str], realization: Realization) -> dict:
+    """One contract row: where the deliverable goes, what it holds, and each field's declared
+    format (:data:`~interlock.synthesis.kinds.effects.FIELD_FORMATS`)."""
     return {"deliverable_id": f"K{position + 1}", "kind": kind, "node_ids": node_ids,
-            "path": realization.path, "key": realization.key, "realization": dumps(realization.to_dict())}
+            "path": realization.path, "key": realization.key, "realization": dumps(realization.to_dict()),
+            "formats": dumps({name: field_format(name) for name in realization.fields})}
 
 
 def scripted_rubric(graph: CompletionGraph, domain: Domain,
@@ -189,8 +203,10 @@ def scripted_rubric(graph: CompletionGraph, domain: Domain,
             f"{hyper.kind} of clause {graph.by_id[hyper.clause].ref} holds over "
             f"{len(hyper.members)} decisions", coupling_check(graph, domain, hyper))
     add("no_collateral", [n.node_id for n in graph.of_kind("evidence")], True, 1.0,
-        "no record, policy or file changed that no decision required",
+        "no record, policy or file changed that no decision required, at any point of the episode",
         no_collateral_check(graph, domain, files))
+    add("submit", [], True, 1.0,  # about the episode as a whole, not a node
+        "the agent called submit, as the request asks, when the work was done", {"op": "submitted"})
     return rubric, checks
 
 

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import unicodedata
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
@@ -22,14 +23,19 @@ from interlock.core.chat import ToolCall, ToolResult, walk
 
 
 class PathRefused(ValueError):
-    """A path that would leave the workspace."""
+    """A path a tool refuses: one that would leave the workspace, or one it would have to rewrite."""
 
 
-def clean_path(path: str) -> str:
-    """The normalised relative form of a workspace path, or :class:`PathRefused`."""
-    if not isinstance(path, str) or not path.strip():
+def clean_path(path: str, *, folder: bool = False) -> str:
+    """The normalised relative form of a workspace path, or :class:`PathRefused`. Only spellings
+    of the same file are normalised (``./`` parts, repeated slashes); a path a tool would have to
+    rewrite to make sense of (space around it, a backslash, a control or invisible character, a
+    trailing slash, but on a ``folder``) is refused, so the file a tool changes is always the one
+    the agent named."""
+    if not isinstance(path, str) or not path:
         raise PathRefused("path must be a non-empty string")
-    return _normalised(path) if len(path) <= MAX_CACHED_PATH else _normalised.__wrapped__(path)
+    normalised = _normalised if len(path) <= MAX_CACHED_PATH else _normalised.__wrapped__
+    return normalised(path, folder)
 
 
 #: paths up to this length are normalised once (checks and tools look up the same few paths
@@ -38,8 +44,16 @@ MAX_CACHED_PATH = 256
 
 
 @functools.lru_cache(maxsize=4096)
-def _normalised(path: str) -> str:
-    pure = PurePosixPath(path.strip().replace("\\", "/"))
+def _normalised(path: str, folder: bool) -> str:
+    if path != path.strip():
+        raise PathRefused(f"{path!r} has space at its start or end; write the path exactly")
+    if "\\" in path:
+        raise PathRefused(f"{path!r} contains a backslash; the separator is /")
+    if any(unicodedata.category(c) in {"Cc", "Cf"} for c in path):
+        raise PathRefused(f"{path!r} contains a control or invisible character")
+    if path.endswith("/") and path.strip("/") and not folder:
+        raise PathRefused(f"{path!r} ends with /, which names a folder, not a file")
+    pure = PurePosixPath(path)
     if pure.is_absolute():
         raise PathRefused(f"{path!r} is absolute; paths are relative to the workspace root")
     if ".." in pure.parts:
@@ -205,11 +219,20 @@ def _cells_problem(cells: list[str]) -> str | None:
 
 
 def format_csv(header: list[str], rows: list[dict[str, object]]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows([[row.get(column, "") for column in header] for row in rows])
-    return buffer.getvalue()
+    """A table as :func:`parse_csv` reads it back: cells quoted where they hold a comma, a quote or
+    a line break (``\\r`` included, which the csv module leaves bare under a ``\\n`` terminator)."""
+    lines = [_csv_line(header), *(_csv_line([row.get(column, "") for column in header]) for row in rows)]
+    return "".join(line + "\n" for line in lines)
+
+
+_NEEDS_QUOTES = re.compile('[,"\r\n]')
+
+
+def _csv_line(cells: list[object]) -> str:
+    if len(cells) == 1 and cells[0] == "":
+        return '""'  # a lone empty cell, which a bare line would turn into a blank line
+    return ",".join(f'"{text.replace(chr(34), chr(34) * 2)}"' if _NEEDS_QUOTES.search(text) else text
+                    for text in map(str, cells))
 
 
 def parse_jsonl(text: str) -> list[dict]:
@@ -217,11 +240,9 @@ def parse_jsonl(text: str) -> list[dict]:
     it allowed), read strictly, never repaired: a line that is not one JSON object, repeats a key,
     holds a NUL byte or another character tools take for a line break, nests deeper than
     :data:`MAX_RECORD_NESTING` or has a string over :data:`MAX_FIELD_CHARS` comes back as
-    :func:`malformed` with the reason."""
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the newline that ends the last record
-    return [_jsonl_record(line.removesuffix("\r"), number) for number, line in enumerate(lines, start=1)]
+    :func:`malformed` with the reason. Blank lines are skipped, as in a CSV table."""
+    lines = (line.removesuffix("\r") for line in text.split("\n"))
+    return [_jsonl_record(line, number) for number, line in enumerate(lines, start=1) if line]
 
 
 def _jsonl_record(line: str, number: int) -> dict:
@@ -281,6 +302,8 @@ TOOL_SPECS = [
     {"name": "submit", "description": "Declare the task finished.", "parameters": _schema({}, [])},
 ]
 _TYPES = {"string": str, "object": dict}
+#: the tools that change a file (the one their ``path`` names), and nothing else
+WRITING_TOOLS = frozenset({"write_file", "append_record", "update_record"})
 
 
 def execute(store: Store, call: ToolCall) -> ToolResult:
@@ -312,7 +335,7 @@ def execute(store: Store, call: ToolCall) -> ToolResult:
 
 
 def _list_files(store: Store, path: str = ".") -> ToolResult:
-    prefix = clean_path(path)
+    prefix = clean_path(path, folder=True)
     names = [f for f in store.files() if prefix == "." or f == prefix or f.startswith(prefix + "/")]
     return ToolResult(True, "\n".join(names) if names else "(no files)")
 
@@ -334,9 +357,12 @@ def _append_record(store: Store, path: str, record: dict) -> ToolResult:
     if text is None:
         return ToolResult(False, f"error: no such file {path!r}")
     if path.endswith(".jsonl"):
+        if refused := _not_text("record", record):
+            return refused
         prefix = text if not text or text.endswith("\n") else text + "\n"
-        store.write(path, prefix + jsonl_line(record) + "\n")
-        return ToolResult(True, f"appended a record to {clean_path(path)}")
+        return _write_back(store, path, prefix + jsonl_line(record) + "\n", [record],
+                           lambda written: [r for r in parse_jsonl(written)][-1:],
+                           f"appended a record to {clean_path(path)}")
     if not path.endswith(".csv"):
         return ToolResult(False, "error: append_record works on .csv and .jsonl files")
     header, rows = parse_csv(text)
@@ -346,8 +372,11 @@ def _append_record(store: Store, path: str, record: dict) -> ToolResult:
     if unknown:
         return ToolResult(False, f"error: unknown column(s) {', '.join(map(repr, unknown))}; the "
                                  f"columns of {clean_path(path)} are {', '.join(header)}")
-    store.write(path, format_csv(header, [*rows, {k: cell_text(v) for k, v in record.items()}]))
-    return ToolResult(True, f"appended a row to {clean_path(path)}")
+    if refused := _not_text("record", record):
+        return refused
+    rows.append({column: record.get(column, "") for column in header})
+    return _write_back(store, path, format_csv(header, rows), rows, lambda written: parse_csv(written)[1],
+                       f"appended a row to {clean_path(path)}")
 
 
 def _update_record(store: Store, path: str, id: str, fields: dict) -> ToolResult:  # noqa: A002
@@ -363,13 +392,41 @@ def _update_record(store: Store, path: str, id: str, fields: dict) -> ToolResult
     if unknown or not header:
         return ToolResult(False, f"error: unknown column(s) {', '.join(map(repr, unknown))}; the "
                                  f"columns of {clean_path(path)} are {', '.join(header)}")
+    if refused := _not_text("fields", fields):
+        return refused
     matches = [row for row in rows if row[header[0]] == id]
     if not matches:
         return ToolResult(False, f"error: no row with {header[0]} = {id!r} in {clean_path(path)}")
     for row in matches:
-        row.update({k: cell_text(v) for k, v in fields.items()})
-    store.write(path, format_csv(header, rows))
-    return ToolResult(True, f"updated {id} in {clean_path(path)}")
+        row.update(fields)
+    return _write_back(store, path, format_csv(header, rows), rows, lambda written: parse_csv(written)[1],
+                       f"updated {id} in {clean_path(path)}")
+
+
+def _not_text(argument: str, values: dict) -> ToolResult | None:
+    """Record values are text, written as sent: a number, a list or an object would have to be
+    rewritten into some text (``3.9e2`` into ``390.0``), so it is refused with what to send."""
+    wrong = next(((k, v) for k, v in values.items() if not isinstance(v, str)), None)
+    if wrong is None:
+        return None
+    key, value = wrong
+    kind = ("a number" if isinstance(value, (int, float)) and not isinstance(value, bool)
+            else "a boolean" if isinstance(value, bool) else "null" if value is None
+            else "an object" if isinstance(value, dict) else "a list")
+    return ToolResult(False, f"error: {argument} value {key!r} is {kind}; record values are text, "
+                             f"written exactly as sent (for example \"390\", not 390)")
+
+
+def _write_back(store: Store, path: str, text: str, intended: list[dict], read_back, done: str) -> ToolResult:
+    """Write ``text`` only if the project's own reader gets back exactly the records meant (a tool
+    never leaves a file its reader cannot read, or reads as something else); else refuse and
+    change nothing."""
+    if read_back(text) != intended:
+        problem = next((r[MALFORMED] for r in read_back(text) if is_malformed(r)), "other values")
+        return ToolResult(False, f"error: {clean_path(path)} would not read back as written "
+                                 f"({problem}); nothing was written")
+    store.write(path, text)
+    return ToolResult(True, done)
 
 
 def _malformed_table(path: str, rows: list[dict]) -> ToolResult | None:
@@ -390,11 +447,6 @@ def jsonl_line(record: dict) -> str:
 
 def _submit(store: Store) -> ToolResult:
     return ToolResult(True, "submitted", submitted=True)
-
-
-def cell_text(value: object) -> str:
-    """A record value as a table cell: objects and lists as JSON, everything else as text."""
-    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 
 
 _TOOLS = {"list_files": _list_files, "read_file": _read_file, "write_file": _write_file,

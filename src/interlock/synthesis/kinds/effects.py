@@ -18,6 +18,19 @@ from interlock.synthesis.text import Template
 
 REGISTER_PATH = "out/decisions.csv"
 REGISTER_COLUMNS = ("case_id", "outcome", "basis")
+#: how a deliverable's field is written, as the contract declares it and the request tells the
+#: agent; a check holds a value to exactly this (:func:`interlock.synthesis.checks.same`)
+FIELD_FORMATS = {
+    "text": "text exactly as the records and the policy give it, character for character, with "
+            "nothing before or after it",
+    "amount": "a whole number in plain digits, as the records write amounts (390, not 390.00, +390 "
+              "or 3.9e2)",
+}
+
+
+def field_format(field: str) -> str:
+    """The declared format of a deliverable field (a key of :data:`FIELD_FORMATS`)."""
+    return "amount" if field == "amount" else "text"
 
 
 @dataclass(frozen=True)
@@ -171,7 +184,7 @@ class Document(EffectKind):
     name = "document"
     template = Template(
         "For each {noun} that is not {fallback}, write `{file}/<case_id>.md` (a {label}) with the "
-        "lines `Case: <case_id>` and `Outcome: <outcome>`."
+        "lines `Case: <case_id>` and `Outcome: <outcome>` and no other lines."
     )
     target = "folder"
 
