@@ -6,9 +6,11 @@ must say whatever the machine."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
+from interlock.rollout.forgeries import FORGERIES
 from interlock.rollout.scripted import ADVERSARIES
 
 from helpers.repo import REPO, run
@@ -70,6 +72,19 @@ def test_the_abuse_suite_accepts_only_the_oracle_and_rejects_no_correct_work(tmp
     assert 0 < rejects["noisy"]["rollouts"] <= rejects["noisy"]["of"] == 8
     assert rejects["rate"] == {"agent": 0.0, "text": 0.0}
     assert f"| {ADVERSARIES[-1]} | 2 | 0 |" in printed and "| false-reject rate |" in printed
+    assert list(result["forged"]) == list(FORGERIES)
+    assert all(row == {"rollouts": 2, "agent": 0, "text": 2} for row in result["forged"].values())
+
+
+def test_episode_attacks_finds_none_passing_on_this_checkout(tmp_path) -> None:
+    """Every whole-episode attack and landed leniency, against this checkout: none holds, while
+    the honest oracle is accepted (the landed code, run the same way, takes every one)."""
+    printed = bench("episode_attacks.py", cwd=tmp_path)
+    lines = [line for line in printed.splitlines() if ": " in line and " of " in line]
+    assert "the honest oracle: accepted: 2 of 2" in lines
+    attacks = [line for line in lines if not line.startswith("the honest oracle")]
+    assert len(attacks) == len(FORGERIES) + 3 + 6
+    assert all(re.search(r": 0 of [1-9]\d*$", line) for line in attacks), attacks
 
 
 def test_judge_throughput_judges_the_rollouts_it_was_asked_to(smoke_repo, tmp_path,

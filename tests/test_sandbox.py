@@ -194,6 +194,19 @@ def test_a_script_cannot_read_the_project(workspace: Path) -> None:
     assert "outside the workspace" in result.output or "No such file or directory" in result.output
 
 
+def test_workers_start_where_the_interpreter_was_found_by_a_relative_path(
+        workspace: Path, monkeypatch) -> None:
+    """``PATH=.venv/bin:$PATH dvc repro`` gives the stage a relative ``sys.executable``; the
+    workers, started in their own folders, must still find it."""
+    import sys
+
+    interpreter = Path(sys.executable)
+    monkeypatch.chdir(interpreter.parents[1])
+    monkeypatch.setattr(sys, "executable", str(interpreter.relative_to(interpreter.parents[1])))
+    with SandboxPool(1) as relative:
+        assert relative.run([(workspace, [RECORD])])[0][0].passed
+
+
 def test_without_a_network_namespace_sockets_are_disabled(workspace: Path, monkeypatch) -> None:
     """Workers fall back to disabled sockets; a script's network namespace is part of its
     boundary, never given up."""

@@ -129,7 +129,10 @@ def minimal_env(scratch: Path | None) -> dict[str, str]:
 
 
 def _command(mode: str, limits: Limits, cpu: bool) -> list[str]:
-    return [sys.executable, "-I", str(CHILD), mode, "--cpu", str(limits.cpu_seconds if cpu else 0),
+    # absolute: a worker starts in its scratch folder, where an interpreter found through a
+    # relative PATH entry (``PATH=.venv/bin:$PATH``) would not be (symlinks kept: the venv's own)
+    return [os.path.abspath(sys.executable), "-I", str(CHILD), mode,
+            "--cpu", str(limits.cpu_seconds if cpu else 0),
             "--memory-mb", str(limits.memory_mb), "--file-mb", str(limits.file_mb),
             "--netns", "1" if USE_NETNS else "0"]
 
