@@ -201,7 +201,9 @@ def test_paired_intervals_are_narrower_than_unpaired_ones_for_correlated_models(
     widths = [summary["models"][m]["pass_rate"]["high"] - summary["models"][m]["pass_rate"]["low"]
               for m in ("base", "tuned")]
     assert delta["high"] - delta["low"] < min(widths)
-    assert delta["low"] >= 0
+    improved = int((~hard[:6]).sum())  # no task got worse, these got better
+    assert improved > 0 and delta["value"] == pytest.approx(improved / 60)
+    assert delta["low"] < delta["value"] < delta["high"]
 
 
 # ----------------------------------------------------------------------------- minimum detectable effect
