@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -201,8 +202,6 @@ def test_workers_start_where_the_interpreter_was_found_by_a_relative_path(
         workspace: Path, monkeypatch) -> None:
     """``PATH=.venv/bin:$PATH dvc repro`` gives the stage a relative ``sys.executable``; the
     workers, started in their own folders, must still find it."""
-    import sys
-
     interpreter = Path(sys.executable)
     monkeypatch.chdir(interpreter.parents[1])
     monkeypatch.setattr(sys, "executable", str(interpreter.relative_to(interpreter.parents[1])))
