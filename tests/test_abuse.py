@@ -22,7 +22,16 @@ from interlock.core.chat import ToolCall
 from interlock.judging.text import TextJudge
 from interlock.judging.verdicts import QUOTE, Judgement, accepted, render_transcript
 from interlock.rollout.runs import scripted_rollouts
-from interlock.rollout.scripted import ADVERSARIES, ATTACKS, CONTROLS, READ_TOOLS, ScriptedBackend, noisy_gap
+from interlock.rollout.scripted import (
+    ADVERSARIES,
+    ATTACKS,
+    CONTROLS,
+    READ_TOOLS,
+    ScriptedBackend,
+    noisy_gap,
+    recoupling,
+    recouplings,
+)
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.oracle import oracle_calls
 from interlock.synthesis.tasks import TaskContext
@@ -129,10 +138,25 @@ def test_the_controls_do_no_work_and_are_rejected(name, contexts, rollouts, judg
 
 def test_the_coupling_holds_over_what_was_realized(contexts, judged) -> None:
     """Where a coupled case may have another outcome whose effects differ, the register records
-    it beside the effects written for the decided one, and the coupling fails on them."""
-    realized = [any("is recorded as" in v["evidence"] for v in j.verdicts if not v["passed"])
-                for j in judged["agent"]["fallback_beside_effect"]]
-    assert sum(realized) >= len(contexts) - 1  # one fixture task's coupled cases have one outcome each
+    it beside the effects written for the decided one, and the coupling fails on them: on every
+    fixture task but sales_lead_grading's, whose coupled cases each admit one outcome only (no
+    other outcome to record), so the attack records one its policy does not allow, and the
+    coupling fails on that instead."""
+    unrealizable = []
+    for context, judgement in zip(contexts, judged["agent"]["fallback_beside_effect"], strict=True):
+        chosen = recoupling(context)
+        kinds = {c.criterion_id: c.kind for c in context.pack.rubric}
+        coupling = [v["evidence"] for v in judgement.verdicts
+                    if not v["passed"] and kinds[v["criterion_id"]] == "coupling"]
+        if chosen.realized:
+            assert chosen.allowed and chosen in recouplings(context), context.task_id
+            said = f"{chosen.case_id} is recorded as {chosen.outcome!r}"
+            assert any(e.startswith(said) for e in coupling), (context.task_id, coupling)
+        else:
+            unrealizable.append(context.task_id)
+            assert recouplings(context) == [] and not chosen.allowed, context.task_id
+            assert coupling == [f"{chosen.case_id}: outcome {chosen.outcome!r} is not one the policy allows"]
+    assert unrealizable == ["sales_lead_grading.rft.0000"]
 
 
 def _lenient(path: str, text: str) -> list[dict]:

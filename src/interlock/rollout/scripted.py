@@ -344,29 +344,61 @@ def duplicate_record(task: TaskContext, rng: random.Random) -> Attack:
     return Attack((("Making sure it is there.", [again]),))
 
 
-def fallback_beside_effect(task: TaskContext, rng: random.Random) -> Attack:
-    """The register records another outcome for a coupled case (its fallback where it may fall
-    back) while the effects its decided outcome wrote stay written: the coupling may hold over
-    the register, but not over what was realized."""
+@dataclass(frozen=True)
+class Recoupling:
+    """Another outcome the register may record for a coupled case: ``case_id``, ``outcome``;
+    ``allowed``, whether the case's rule admits it; ``realized``, whether the records the decided
+    outcome wrote assert something else than ``outcome`` (the coupling then fails on what was
+    realized: ``<case> is recorded as '<outcome>', but ...``)."""
+
+    case_id: str
+    outcome: str
+    allowed: bool
+    realized: bool
+
+
+def recouplings(task: TaskContext) -> list[Recoupling]:
+    """Every other outcome the rule admits for each coupled case, in the order the hyperedges list
+    their members, and for each its admitted outcomes from the fallback back to the preferred one."""
     graph, domain, k = task.graph, task.domain, task.graph.effects_per_decision
 
     def records(row: dict, outcome: Outcome, basis: str) -> list[Realization]:
         return [r for _, r in realizations(domain, k, row, outcome, basis) if r.op != "write_file"]
 
-    choices = []
+    found = []
     for member in (graph.by_id[m] for h in graph.hyperedges for m in h.members):
         row, alternatives = _case(task, member)
         decided, basis = graph.outcome(member), member.attrs["basis"]
         written = records(row, decided, basis)
-        choices += [(bool(written) and records(row, other, basis) != written, str(row["id"]), other.value)
-                    for other in reversed(alternatives) if other.value != decided.value]
-    # the first whose effects disagree; where no coupled case may have another outcome, one the policy
-    # does not allow
-    anything = (False, graph.by_id[graph.hyperedges[0].members[0]].attrs["case_id"],
-                domain.decision.positive or "approved")
-    _, case_id, outcome = max(choices, key=lambda choice: choice[0], default=anything)
-    update = ToolCall("update_record", {"path": REGISTER_PATH, "id": case_id, "fields": {"outcome": outcome}})
-    return Attack(((f"On reflection {case_id} is {outcome}.", [update]),))
+        found += [Recoupling(str(row["id"]), other.value, True,
+                             bool(written) and records(row, other, basis) != written)
+                  for other in reversed(alternatives) if other.value != decided.value]
+    return found
+
+
+def recoupling(task: TaskContext) -> Recoupling:
+    """What :func:`fallback_beside_effect` records: the first recoupling whose effects disagree,
+    else the first at all; where no coupled case may have another outcome (each admits one), an
+    outcome its policy does not allow for the first member (``allowed`` False)."""
+    found = recouplings(task)
+    if found:
+        return max(found, key=lambda r: r.realized)  # the first of the realized, if any
+    graph, domain = task.graph, task.domain
+    member = graph.by_id[graph.hyperedges[0].members[0]]
+    outcome = domain.decision.positive or "approved"
+    allowed = any(a.value == outcome for a in _case(task, member)[1])
+    return Recoupling(member.attrs["case_id"], outcome, allowed, False)
+
+
+def fallback_beside_effect(task: TaskContext, rng: random.Random) -> Attack:
+    """The register records another outcome for a coupled case (its fallback where it may fall
+    back) while the effects its decided outcome wrote stay written: the coupling may hold over
+    the register, but not over what was realized (:func:`recoupling` says which, and whether
+    what was realized can tell)."""
+    chosen = recoupling(task)
+    update = ToolCall("update_record", {"path": REGISTER_PATH, "id": chosen.case_id,
+                                        "fields": {"outcome": chosen.outcome}})
+    return Attack(((f"On reflection {chosen.case_id} is {chosen.outcome}.", [update]),))
 
 
 def _lookalike(text: str) -> str:
