@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -21,14 +22,19 @@ from interlock.core.io import read_rows, write_table
 from interlock.evaluation.benchmarks import AdmittedPool, RunSettings, rollout_id
 from interlock.evaluation.metrics import (
     EpisodeResult,
+    _replicates,
     bootstrap_indices,
     detectable_multiplier,
+    effective_outcomes,
     grade_episode,
     minimum_detectable_effect,
     paired_delta,
+    seed_indices,
     summarize_pool,
     table_rows,
+    task_values,
     tasks_needed,
+    wilson_interval,
 )
 from interlock.evaluation.run import Model, checkpoint_models, run_evaluation
 from interlock.rollout.engine import RolloutLimits, run_episodes
@@ -284,15 +290,107 @@ def test_intervals_of_a_model_with_several_seeds_cover_the_seeds_too() -> None:
     for metric in ("pass_rate", "score"):
         assert same["models"]["rft"][metric] == same["models"]["one"][metric]
         assert same["deltas"]["rft"][metric] == same["deltas"]["one"][metric]
-    # seeds that disagree: the same mean as their per-task average, and a wider interval
+    # seeds that disagree as a whole (one checkpoint passes 0.2 of the tasks, another 0.8): the same
+    # mean as their per-task average, and fewer outcomes than the 30 tasks, so a wider interval than
+    # the tasks alone would give
     spread = [list(rng.random(30) < p) for p in (0.2, 0.5, 0.8)]
     average = [{**row, "passed": sum(s[i] for s in spread) / 3}
                for i, row in enumerate(_rows("average", [False] * 30))]
-    summary = summarize_pool({"base": base, "rft": _seeded("rft", spread), "average": average},
+    seeded_rows = _seeded("rft", spread)
+    summary = summarize_pool({"base": base, "rft": seeded_rows, "average": average},
                              pool="benchmark", seed=4, resamples=400, confidence=0.95)
     seeded, flat = summary["models"]["rft"]["pass_rate"], summary["models"]["average"]["pass_rate"]
     assert seeded["value"] == pytest.approx(flat["value"])
-    assert seeded["high"] - seeded["low"] > 1.5 * (flat["high"] - flat["low"])
+    outcomes = effective_outcomes(task_values(seeded_rows, "passed", [f"t{i}" for i in range(30)]), 90)
+    assert outcomes < 30
+    assert (seeded["low"], seeded["high"]) == pytest.approx(wilson_interval(seeded["value"], outcomes, 0.95),
+                                                            abs=1e-6)
+    tasks_alone = wilson_interval(seeded["value"], 30, 0.95)
+    assert seeded["high"] - seeded["low"] > 1.4 * (tasks_alone[1] - tasks_alone[0])
+    # the bootstrap metrics cover the seeds by resampling them: wider than the one checkpoint's
+    score, one = summary["models"]["rft"]["score"], same["models"]["one"]["score"]
+    assert score["high"] - score["low"] > one["high"] - one["low"]
+
+
+# ----------------------------------------------------------------------------- Wilson
+
+def test_the_wilson_interval_matches_published_values() -> None:
+    """Newcombe (1998, Statistics in Medicine 17:857), Table II, method 3 (the Wilson score
+    interval without continuity correction), and the issue's 0 of 16 at 95%: [0, 0.194]."""
+    published = {(81, 263): (0.2553, 0.3662), (15, 148): (0.0624, 0.1605), (0, 20): (0.0, 0.1611),
+                 (1, 29): (0.0061, 0.1718)}
+    for (passes, n), bounds in published.items():
+        assert wilson_interval(passes / n, n, 0.95) == pytest.approx(bounds, abs=5e-5), (passes, n)
+    low, high = wilson_interval(0.0, 16, 0.95)
+    assert low == 0.0 and round(high, 3) == 0.194
+    z2 = NormalDist().inv_cdf(0.975) ** 2
+    assert high == pytest.approx(z2 / (16 + z2), abs=1e-12)  # at 0 passes: z² / (n + z²)
+    assert wilson_interval(1.0, 16, 0.95) == pytest.approx((1 - high, 1.0), abs=1e-12)  # mirrored
+    z2 = NormalDist().inv_cdf(0.95) ** 2
+    assert wilson_interval(0.0, 16, 0.9)[1] == pytest.approx(z2 / (16 + z2), abs=1e-12)
+    for bad in ((-0.1, 16, 0.95), (0.5, 0, 0.95), (0.5, 16, 1.0)):
+        with pytest.raises(ValueError):
+            wilson_interval(*bad)
+
+
+def test_a_pools_binary_rates_carry_wilson_intervals_and_the_rest_the_bootstrap() -> None:
+    """Over 16 tasks at one attempt, each binary rate is the binomial "x of 16" (0 passes:
+    ``0.000 [0.000, 0.194]``, where the percentile bootstrap gave [0, 0]); score, criterion pass
+    rate, turns and tool calls keep the bootstrap, which collapses where every task has the same
+    value; paired deltas keep the paired bootstrap: two models that both pass nothing differ by
+    ``0 [0, 0]`` (MDE 0: nothing varies), and one pass against none by the one's own bootstrap."""
+    none = _rows("none", [False] * 16)
+    by_model = {"none": none, "twin": [{**r, "model": "twin"} for r in none]}
+    by_model.update({f"x{x}": _rows(f"x{x}", [True] * x + [False] * (16 - x)) for x in range(1, 17)})
+    summary = summarize_pool(by_model, pool="benchmark", seed=0, resamples=1000, confidence=0.95)
+    models = summary["models"]
+    assert models["none"]["pass_rate"] == {"value": 0.0, "low": 0.0, "high": 0.193608}
+    assert models["x1"]["pass_rate"] == {"value": 0.0625, "low": 0.011119, "high": 0.283287}
+    for x in range(1, 17):
+        low, high = wilson_interval(x / 16, 16, 0.95)
+        assert (models[f"x{x}"]["pass_rate"]["low"], models[f"x{x}"]["pass_rate"]["high"]) == pytest.approx(
+            (low, high), abs=1e-6)
+        # the completion gap is the complement here (every failure has one): the mirrored interval
+        gap = models[f"x{x}"]["completion_gap_rate"]
+        assert (gap["low"], gap["high"]) == pytest.approx((1 - high, 1 - low), abs=2e-6)
+    assert models["none"]["primary_pass_rate"] == {"value": 1.0, "low": 0.806392, "high": 1.0}
+    assert models["none"]["score"] == {"value": 0.5, "low": 0.5, "high": 0.5}
+    assert models["none"]["criterion_pass_rate"] == {"value": 0.25, "low": 0.25, "high": 0.25}
+    assert models["none"]["mean_turns"]["low"] < 4.5 < models["none"]["mean_turns"]["high"]
+    deltas = summary["deltas"]
+    assert deltas["twin"]["pass_rate"] == {"value": 0.0, "low": 0.0, "high": 0.0, "mde": 0.0}
+    assert deltas["x1"]["pass_rate"]["value"] == 0.0625 and deltas["x1"]["pass_rate"]["low"] == 0.0
+    replicates = _replicates(task_values(by_model["x1"], "passed", [f"t{i}" for i in range(16)]),
+                             bootstrap_indices(16, 1000, 0, "benchmark"), None)
+    assert deltas["x1"]["pass_rate"]["high"] == pytest.approx(float(np.quantile(replicates, 0.975)), abs=1e-6)
+
+
+def test_effective_outcomes_count_what_the_bootstrap_resamples() -> None:
+    """One attempt on one checkpoint: the tasks; attempts and seeds that agree within each task:
+    still the tasks; that split every task evenly: every episode; seeds that disagree as a whole:
+    fewer than the tasks. ``p(1-p) / n`` is the variance of the rate under the bootstrap's own
+    resampling (here checked against 40,000 resamples of it)."""
+    rng = np.random.default_rng(12)
+    binary = (rng.random((1, 20)) < 0.3).astype(float)
+    assert effective_outcomes(binary, 20) == pytest.approx(20, abs=1e-9)
+    assert effective_outcomes(np.vstack([binary] * 3), 60) == pytest.approx(20, abs=1e-9)
+    assert effective_outcomes(np.full((2, 20), 0.5), 80) == 80  # 2 seeds x 2 attempts, each split
+    assert effective_outcomes(np.zeros((2, 20)), 40) == effective_outcomes(np.ones((1, 20)), 60) == 20
+    # one checkpoint passes every task, the other none: V = var_s(m) / S = 1/4 / 2, so p(1-p) / V = 2
+    assert effective_outcomes(np.vstack([np.ones(20), np.zeros(20)]), 40) == pytest.approx(2.0)
+    for seeds, attempts in ((1, 3), (2, 1), (3, 2)):
+        episodes = (rng.random((seeds, 20, attempts)) < rng.random((seeds, 1, 1)) * 0.4
+                    + rng.random((1, 20, 1)) * 0.5)
+        values = episodes.mean(axis=2)
+        tasks = bootstrap_indices(20, 40_000, 1, "pool")
+        draws = seed_indices(seeds, 40_000, 1, "pool", "model") if seeds > 1 else None
+        variance = float(_replicates(values, tasks, draws).var())
+        rate, outcomes = float(values.mean()), effective_outcomes(values, episodes.size)
+        assert 0 < outcomes <= episodes.size
+        if outcomes < episodes.size:  # not capped: the same variance
+            assert rate * (1 - rate) / outcomes == pytest.approx(variance, rel=0.03), (seeds, attempts)
+        else:
+            assert rate * (1 - rate) / outcomes <= variance * 1.03
 
 
 def test_a_seed_missing_a_task_is_an_error() -> None:

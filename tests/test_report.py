@@ -124,7 +124,7 @@ def test_a_benchmark_without_a_completion_gap_shows_its_context_failures(evaluat
     assert table.loc[("bfcl", "rft"), report.CONTEXT_FAILURES] == 3
     assert table.loc[("benchmark", "rft"), report.CONTEXT_FAILURES] == 0
     assert table.loc[("bfcl", "rft"), "completion-gap rate"] == report.MISSING
-    assert table.loc[("bfcl", "rft"), "task pass rate"] == "0.000 [0.000, 0.000]"
+    assert table.loc[("bfcl", "rft"), "task pass rate"] == "0.000 [0.000, 0.490]"  # Wilson: 0 of 4 tasks
     assert table.loc[("bfcl", "rft"), "Δ weighted score vs base"] == "+0.000 [+0.000, +0.000]"
 
 

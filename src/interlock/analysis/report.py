@@ -145,14 +145,16 @@ def comparison_frame(evaluate: Mapping) -> pd.DataFrame:
 
 
 def comparison_table(evaluate: Mapping, digits: int = 3) -> pd.DataFrame:
-    """The comparison table: one row per pool x model, each metric as ``value [low, high]`` and
-    its delta against the reference (the first model) as ``+delta [low, high]`` (paired
-    bootstrap interval over tasks) and, next to it, ``MDE <metric>``: the minimum detectable
-    effect of that delta at the run's size (the smallest true difference it would detect at 95%
-    confidence and 80% power; a delta whose interval covers 0 is "too small a run to tell" below
-    it); ``ref`` for the reference itself, ``n/a`` where a pool has no tasks or a benchmark has no
-    such metric (BFCL: completion gap), or metrics predate the MDE. ``context failures`` counts
-    the episodes that ended because the prompt outgrew the context window (failures)."""
+    """The comparison table: one row per pool x model, each metric as ``value [low, high]`` (a
+    Wilson interval for the binary rates, pass rate and completion-gap rate; a bootstrap interval
+    over tasks for the others) and its delta against the reference (the first model) as
+    ``+delta [low, high]`` (paired bootstrap interval over tasks) and, next to it,
+    ``MDE <metric>``: the minimum detectable effect of that delta at the run's size (the smallest
+    true difference it would detect at 95% confidence and 80% power; a delta whose interval covers
+    0 is "too small a run to tell" below it); ``ref`` for the reference itself, ``n/a`` where a
+    pool has no tasks or a benchmark has no such metric (BFCL: completion gap), or metrics predate
+    the MDE. ``context failures`` counts the episodes that ended because the prompt outgrew the
+    context window (failures)."""
     frame = comparison_frame(evaluate)
     reference = evaluate.get("reference")
     index = pd.MultiIndex.from_tuples([], names=["pool", "model"])
@@ -192,8 +194,8 @@ def _missing(value: object) -> bool:
 
 
 def plot_comparison(frame: pd.DataFrame, metrics: Sequence[str] = BAR_METRICS) -> Figure:
-    """Bars per model for each rate metric, one panel per pool, with the bootstrap intervals as
-    error bars (a pool without tasks says so in its panel)."""
+    """Bars per model for each rate metric, one panel per pool, with their intervals as error
+    bars (a pool without tasks says so in its panel)."""
     pools = list(dict.fromkeys(frame["pool"])) or ["(no pools)"]
     fig = Figure(figsize=(5.5 * len(pools), 3.6), layout="constrained")
     for i, pool in enumerate(pools):

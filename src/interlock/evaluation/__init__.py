@@ -9,7 +9,8 @@ ground truth.
 - :mod:`~interlock.evaluation.bfcl`: BFCL v4's four multi-turn categories, one pool each, from the
   installed ``bfcl-eval`` (:class:`BfclMultiTurn`), graded by BFCL's own multi-turn checker;
 - :mod:`~interlock.evaluation.metrics`: per-episode grades (pass, weighted score, criterion pass
-  rate, completion gap), per-pool metrics, paired bootstrap intervals over tasks;
+  rate, completion gap), per-pool metrics, Wilson intervals for the binary rates, bootstrap
+  intervals over tasks for the other metrics and paired ones for the deltas;
 - :mod:`~interlock.evaluation.run`: every model on every benchmark, resumable (:func:`run_evaluation`);
 - :mod:`~interlock.evaluation.stage`: the ``evaluate`` stage.
 """

@@ -1,4 +1,6 @@
-"""Per-episode grades, and the metrics of a pool with paired bootstrap confidence intervals.
+"""Per-episode grades, and the metrics of a pool with confidence intervals: Wilson score
+intervals for the rates of binary outcomes, percentile bootstrap for the other metrics and for
+paired deltas.
 
 **One episode** (:func:`grade_episode`), from the per-criterion verdicts of the task's compiled
 checks (the agent judge's ground truth, never a model). The rubric's criterion kinds
@@ -32,10 +34,30 @@ the mean over tasks, so every task counts once however many criteria or attempts
 A metric whose column is null for some episode of a model (a benchmark without that notion) is
 left out for that model.
 
-**Intervals**: percentile bootstrap over tasks. Each pool has one matrix of resampled task
-indices, drawn from ``stable_seed(seed, "evaluate", pool)`` and shared by every model and metric:
-intervals are deterministic, and a delta against the reference model is *paired* (each resample
-compares the models on the same tasks). Every model must have been run on the same tasks.
+**Intervals of one model's metric.** The rates of binary outcomes (:data:`BINARY_RATES`: pass
+rate, primary pass rate, completion-gap rate; each episode passed or not) get a Wilson score
+interval (:func:`wilson_interval`), which stays informative where a percentile bootstrap over few
+binary outcomes collapses: 0 passes of 16 tasks give ``0.000 [0.000, 0.194]`` at 95%, where the
+bootstrap gives ``[0.000, 0.000]`` (no resample of 16 failures holds a pass). It counts
+:func:`effective_outcomes`: the binomial count with the variance the bootstrap's resampling gives
+the rate (tasks, and training seeds), so with one attempt on one checkpoint it is exactly the
+binomial "x of n tasks"; attempts and seeds count for more where they disagree within a task, for
+less where whole checkpoints disagree, never for more than there are episodes. The
+other metrics (weighted score, criterion pass rate, mean turns and tool calls: not binary per
+episode) get a percentile bootstrap interval over tasks (and, with several training seeds, over
+seeds too). Each pool has one matrix of resampled task indices, drawn from
+``stable_seed(seed, "evaluate", pool)`` and shared by every model and metric: intervals are
+deterministic. A metric every task gives the same value (a score of 0.083 on every task) has a
+bootstrap interval of that one value: nothing varies to resample.
+
+**Paired deltas** against the reference model keep the percentile bootstrap, paired: each
+resample compares the models on the same tasks. Every model must have been run on the same tasks.
+Where the two models agree on every task (both pass nothing, say), every replicate difference is 0
+and the delta reads ``+0.000 [+0.000, +0.000]`` with an ``mde`` of 0: no difference observed and
+none that resampling could show, not evidence that the models are equal to that precision (the two
+models' own Wilson intervals say how much either rate could be). Where the reference passes
+nothing, the delta's interval is the other model's own bootstrap interval, with the same collapse
+at few passes.
 
 **Minimum detectable effect**: every paired delta also carries ``mde``, the smallest true
 difference the run would detect at its size: :func:`minimum_detectable_effect` of the delta's
@@ -75,6 +97,8 @@ METRICS = {
 }
 #: the metrics that are fractions in [0, 1] (the ones drawn together as bars)
 RATES = ("pass_rate", "score", "criterion_pass_rate", "primary_pass_rate", "completion_gap_rate")
+#: the rates of a binary outcome per episode: their intervals are Wilson score intervals
+BINARY_RATES = ("pass_rate", "primary_pass_rate", "completion_gap_rate")
 DIGITS = 6
 #: the two-sided significance level and the power a minimum detectable effect is stated at
 MDE_ALPHA, MDE_POWER = 0.05, 0.8
@@ -195,6 +219,62 @@ def paired_delta(values: np.ndarray, reference: np.ndarray, tasks: np.ndarray, c
             "mde": _number(minimum_detectable_effect(replicates))}
 
 
+# ----------------------------------------------------------------------------- Wilson
+
+def wilson_interval(rate: float, outcomes: float, confidence: float) -> tuple[float, float]:
+    """The Wilson score interval of a proportion ``rate`` of ``outcomes`` independent binary
+    outcomes (a real number where it is an effective count, :func:`effective_outcomes`):
+    ``(p + z²/2n ± z * sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n)``, ``z`` the two-sided normal quantile
+    of ``confidence``. Wilson (1927); Brown, Cai and DasGupta (2001) recommend it for small ``n``:
+    it is never empty at 0 or 1 and never leaves [0, 1]."""
+    if not 0 <= rate <= 1 or outcomes <= 0 or not 0 < confidence < 1:
+        raise ValueError(f"need 0 <= rate <= 1, outcomes > 0 and 0 < confidence < 1, got {rate}, "
+                         f"{outcomes} and {confidence}")
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    shrink = 1 + z * z / outcomes
+    centre = (rate + z * z / (2 * outcomes)) / shrink
+    half = z * sqrt(rate * (1 - rate) / outcomes + z * z / (4 * outcomes * outcomes)) / shrink
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def effective_outcomes(values: np.ndarray, episodes: int) -> float:
+    """How many independent binary outcomes a rate over ``values`` (seed x task: each task's
+    share of passing episodes per training seed) is worth: ``p(1-p) / V``, with ``p`` the rate and
+    ``V`` the variance of the rate under the bootstrap's own resampling (tasks drawn with
+    replacement, and the seeds once per replicate, as :func:`estimate` draws them), in closed form:
+    ``V = var_s(m) / S + (var_t(mu) + (mean_t var_s(v) - var_s(m)) / S) / T`` over ``S`` seeds and
+    ``T`` tasks (``m``: a seed's mean over tasks; ``mu``: a task's mean over seeds; population
+    variances). This is the effective sample size of Korn and Graubard (1998), the binomial count
+    that would have the same variance, capped at ``episodes`` (a design effect below 1 is not
+    credited). One attempt on one checkpoint: exactly ``T``, so the interval is the binomial "x of
+    T tasks". Attempts and seeds that agree within each task add nothing; seeds that disagree as a
+    whole (one checkpoint passes more everywhere) count for less than the tasks. Where every
+    episode passed, or none did, nothing varies to tell: ``T``."""
+    values = np.atleast_2d(np.asarray(values, dtype=float))
+    seeds, tasks = values.shape
+    rate = float(values.mean())
+    if rate <= 0.0 or rate >= 1.0:
+        return float(tasks)
+    by_seed = values.mean(axis=1)
+    between_seeds = float(by_seed.var())
+    within_tasks = float(values.var(axis=0).mean())  # >= between_seeds: a mean varies less than its terms
+    variance = between_seeds / seeds + (float(values.mean(axis=0).var())
+                                        + (within_tasks - between_seeds) / seeds) / tasks
+    most = float(max(episodes, tasks))
+    return most if variance <= 0.0 else min(most, rate * (1 - rate) / variance)
+
+
+def rate_estimate(values: np.ndarray, episodes: int, confidence: float) -> dict:
+    """Mean of per-task ``values`` of a binary outcome (seed x task) and its Wilson interval over
+    :func:`effective_outcomes` (``episodes``: how many episodes the values are the shares of)."""
+    values = np.atleast_2d(values)
+    if not values.shape[1]:
+        return {"value": None, "low": None, "high": None}
+    rate = float(values.mean())
+    low, high = wilson_interval(min(1.0, max(0.0, rate)), effective_outcomes(values, episodes), confidence)
+    return {"value": _number(rate), "low": _number(low), "high": _number(high)}
+
+
 # ----------------------------------------------------------------------------- power
 
 def detectable_multiplier(alpha: float = MDE_ALPHA, power: float = MDE_POWER) -> float:
@@ -298,7 +378,8 @@ def summarize_pool(rows_by_model: Mapping[str, Sequence[dict]], *, pool: str, se
     for model in models:
         rows = rows_by_model[model]
         entry: dict = {"episodes": len(rows), "seeds": seeds[model]}
-        entry.update({metric: estimate(v, indices, confidence, draws[model])
+        entry.update({metric: rate_estimate(v, len(rows), confidence) if metric in BINARY_RATES
+                      else estimate(v, indices, confidence, draws[model])
                       for metric, v in values[model].items() if v is not None})
         entry["finish_reasons"] = dict(sorted(Counter(r["finish_reason"] for r in rows).items()))
         summary["models"][model] = entry
