@@ -22,7 +22,7 @@ from interlock.synthesis.graph import build_graph
 from interlock.synthesis.packs import compile_pack
 from interlock.synthesis.tasks import TaskContext
 
-from helpers.repo import SMOKE, commit, dvc, tracked_copy, tree_digest
+from helpers.repo import SMOKE, command_timeout, commit, dvc, tracked_copy, tree_digest
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +99,8 @@ def network_isolation() -> str:
     process, disabled sockets (``sockets-disabled``)."""
     probe = ("import ctypes, sys\n"
              "sys.exit(ctypes.CDLL(None, use_errno=True).unshare(0x40000000) != 0)  # CLONE_NEWNET\n")
-    refused = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=60).returncode
+    refused = subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                             timeout=command_timeout()).returncode
     return "sockets-disabled" if refused else "netns"
 
 

@@ -36,7 +36,7 @@ from interlock.judging.sandbox import Limits, ScriptResult, run_script
 from interlock.synthesis.workspace import materialize
 
 from helpers.boundary import require_boundary
-from helpers.repo import REPO
+from helpers.repo import REPO, command_timeout
 
 READ_ONLY_MOUNTS = sandbox.read_only_mounts()
 
@@ -414,7 +414,8 @@ def test_without_a_boundary_model_written_checks_refuse(monkeypatch, tmp_path: P
 def _can_confine_the_test() -> bool:
     """Whether util-linux's ``unshare`` can give a command a user namespace of its own here."""
     return shutil.which("unshare") is not None and subprocess.run(
-        ["unshare", "--user", "--map-root-user", "true"], capture_output=True, timeout=60).returncode == 0
+        ["unshare", "--user", "--map-root-user", "true"], capture_output=True,
+        timeout=command_timeout()).returncode == 0
 
 
 @pytest.mark.skipif(not _can_confine_the_test(), reason="needs util-linux's unshare and user namespaces")
@@ -429,7 +430,7 @@ def test_where_the_kernel_refuses_the_probe_says_why_and_scripts_do_not_run(work
     command = ["unshare", "--user", "--map-root-user", "sh", "-c",
                'echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" -c "$1" "$2"',
                sys.executable, probe, str(workspace)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=command_timeout())
     assert done.returncode == 0, done.stderr
     name, detail, passed, reason, output = json.loads(done.stdout.splitlines()[-1])
     assert name == boundary.UNAVAILABLE and "unshare" in detail

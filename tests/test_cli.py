@@ -28,7 +28,7 @@ from interlock.synthesis.graph import build_graph
 from interlock.synthesis.stage import run_blueprints, run_domains, run_graphs, run_packs
 from interlock.synthesis.tasks import iter_graphs, load_domains
 
-from helpers.repo import REPO
+from helpers.repo import REPO, command_timeout
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +207,7 @@ def test_console_script_entry_point(data):
     found = str(script) if script.exists() else shutil.which("interlock")
     assert found, "the `interlock` console script is not installed (pip install -e .)"
     result = subprocess.run([found, "domains", "--data", str(data), "--split", "train"],
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=command_timeout())
     assert result.returncode == 0, result.stderr
     assert "domains" in result.stdout and "train" in result.stdout
     assert "heldout" not in result.stdout

@@ -28,7 +28,7 @@ from interlock.rollout.runs import scripted_rollouts
 from interlock.synthesis.tasks import TaskContext
 
 from helpers.artifacts import write_packs
-from helpers.repo import commit, dvc, stages_run, tracked_copy
+from helpers.repo import command_timeout, commit, dvc, stages_run, tracked_copy
 
 REPO = Path(__file__).resolve().parents[1]
 POLICIES = ("oracle", "noisy", "claim_only", "collateral_damage")
@@ -57,7 +57,7 @@ def _write_pool(paths: Paths, tasks: list, policies: tuple[str, ...] = POLICIES)
 
 def _stage(root: Path, name: str) -> str:
     done = subprocess.run([sys.executable, f"stages/{name}.py"], cwd=root, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=command_timeout())
     assert done.returncode == 0, done.stderr
     return done.stdout
 

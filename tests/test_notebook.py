@@ -15,8 +15,9 @@ from nbclient import NotebookClient
 from interlock.analysis import report
 from interlock.core.config import load_params
 
+from helpers.repo import command_timeout
+
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "results.ipynb"
-CELL_TIMEOUT = 120
 
 
 def test_the_committed_notebook_is_valid_and_has_no_outputs():
@@ -41,7 +42,7 @@ def test_the_results_notebook_runs_on_the_pipelines_artifacts(smoke_repo, venv_k
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     notebook = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name=venv_kernel,
+    NotebookClient(notebook, timeout=command_timeout(), kernel_name=venv_kernel,
                    resources={"metadata": {"path": str(elsewhere)}}).execute()
 
     cells = {c.id: c for c in notebook.cells if c.cell_type == "code"}

@@ -20,6 +20,8 @@ from interlock.rollout.runs import plan_episodes
 from interlock.rollout.trajectory import FINISH_REASONS
 from interlock.synthesis.tasks import TaskContext
 
+from helpers.repo import command_timeout
+
 SERVE = Path(sys.executable).with_name("transformers")
 
 
@@ -36,8 +38,8 @@ def server(tiny_checkpoint):
     process = subprocess.Popen([str(SERVE), "serve", str(tiny_checkpoint), "--host", "127.0.0.1",
                                 "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
+    deadline = time.monotonic() + command_timeout()
+    while time.monotonic() < deadline:
         if process.poll() is not None:
             pytest.fail(f"transformers serve exited: {process.stderr.read().decode()[-2000:]}")
         try:
@@ -48,7 +50,7 @@ def server(tiny_checkpoint):
             time.sleep(0.5)
     else:
         process.kill()
-        pytest.fail("transformers serve did not come up within 120 s")
+        pytest.fail(f"transformers serve did not come up within {command_timeout():g} s")
     yield f"{url}/v1"
     process.terminate()
     try:

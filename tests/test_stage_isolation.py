@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from helpers.repo import BIN, REPO, run
+from helpers.repo import BIN, REPO, command_timeout, run
 
 
 def test_every_stage_command_puts_its_checkouts_library_first() -> None:
@@ -49,6 +49,7 @@ def test_the_sandbox_judges_with_the_checks_of_the_checkout_it_runs_in(tmp_path:
              "with SandboxPool(1) as pool:\n"
              f"    print(pool.run([({str(tmp_path / 'ws')!r}, [{{'op': 'copy_marker'}}])])[0][0].evidence)\n")
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(copy)}, timeout=120)
+                          env={**os.environ, "PYTHONPATH": str(copy)},
+                          timeout=command_timeout())
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "the copy's checks"
