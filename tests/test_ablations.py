@@ -34,7 +34,7 @@ from interlock.analysis.ablations import (
 from interlock.core import schemas
 from interlock.evaluation.metrics import bootstrap_indices, paired_delta, seed_indices, summarize_pool
 
-from helpers.repo import BIN, GIT_USER, user_env
+from helpers.repo import BIN, GIT_USER, command_timeout, user_env
 from helpers.repo import run as _run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,7 +45,8 @@ def _dvc(repo: Path, *args: str) -> str:
     return _run([str(BIN / "dvc"), *args], repo)
 
 
-def _wait_for_the_queue(repo: Path, timeout: float = 900) -> str:
+def _wait_for_the_queue(repo: Path) -> str:
+    timeout = command_timeout()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = _dvc(repo, "queue", "status")
@@ -77,7 +78,7 @@ def swept(smoke_repo, tmp_path_factory) -> Iterator[Path]:
              *(arg for setting in fixed for arg in ("-S", setting)), "-S", f"tracking.group={group}")
     # the worker it starts lives on after the command: give it no pipe to hold open
     subprocess.run([str(BIN / "dvc"), "queue", "start"], cwd=repo, env=user_env(), stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, timeout=120, check=True)
+                   stderr=subprocess.DEVNULL, timeout=command_timeout(), check=True)
     try:
         status = _wait_for_the_queue(repo)
         assert "Failed" not in status, status
@@ -173,7 +174,7 @@ def test_the_notebook_shows_the_ablations(swept, venv_kernel, tmp_path, monkeypa
 
     monkeypatch.setenv("INTERLOCK_REPO", str(swept))
     notebook = nbformat.read(REPO / "notebooks" / "results.ipynb", as_version=4)
-    NotebookClient(notebook, timeout=120, kernel_name=venv_kernel,
+    NotebookClient(notebook, timeout=command_timeout(), kernel_name=venv_kernel,
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     cell = next(c for c in notebook.cells if c.get("id") == "ablations")
     assert not [o for o in cell.outputs if o["output_type"] == "error"]

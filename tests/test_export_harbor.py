@@ -42,7 +42,7 @@ from interlock.synthesis.tasks import TaskContext
 from interlock.synthesis.workspace import DirectoryStore, apply_changes, materialize
 
 from helpers.artifacts import loaded_script, write_packs
-from helpers.repo import REPO
+from helpers.repo import REPO, command_timeout
 
 TASK_SCHEMA = json.loads((REPO / "tests" / "schemas" / "harbor-task-1.3.schema.json").read_text())
 
@@ -77,7 +77,7 @@ def bundled(exported):
 
 def bash(script: Path, env: dict[str, str], **extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(script)], env={**env, **extra}, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=command_timeout())
 
 
 def grade(folder: Path, workspace: Path, logs: Path, env: dict[str, str]) -> tuple[str, dict, dict]:

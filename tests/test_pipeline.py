@@ -21,7 +21,7 @@ from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.stage import run_graphs
 from interlock.training.examples import table_schema
 
-from helpers.repo import BIN, stages_run
+from helpers.repo import BIN, command_timeout, stages_run
 from helpers.repo import run as _run
 
 ARTIFACTS = ["domains.parquet", "blueprints.parquet", "graphs", "packs", "review", "grown", "models",
@@ -94,7 +94,7 @@ def test_stage_script_reports_bad_params_in_one_line(smoke_repo, tmp_path):
     (work / "params.yaml").write_text(yaml.safe_dump(params))
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run([sys.executable, "stages/blueprints.py"], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=command_timeout())
     assert done.returncode == 1
     assert "params.yaml" in done.stderr and "decisions" in done.stderr
     assert "Traceback" not in done.stderr

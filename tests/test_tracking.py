@@ -32,6 +32,8 @@ from interlock.core.tracking import (
     wandb_dir,
 )
 
+from helpers.repo import command_timeout
+
 REPO = Path(__file__).resolve().parents[1]
 #: what a stage's environment may carry in from the outside, cleared for every test here
 TRACKING_ENV = ("WANDB_MODE", "WANDB_DIR", "WANDB_DISABLED", "DVC_ROOT", "DVC_EXP_NAME", "DVC_STAGE")
@@ -182,7 +184,7 @@ def test_disabled_writes_nothing_and_never_imports_wandb(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in TRACKING_ENV}
     for mode, extra in (("disabled", {}), ("offline", {"WANDB_MODE": "disabled"})):
         done = subprocess.run([sys.executable, "-c", code, mode], cwd=tmp_path, env=env | extra,
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=command_timeout())
         assert done.returncode == 0, done.stderr
     assert not (tmp_path / "wandb").exists()
 

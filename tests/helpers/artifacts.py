@@ -17,6 +17,8 @@ from interlock.core import schemas
 from interlock.core.io import write_table_set
 from interlock.synthesis.packs import TaskPack, pack_rows
 
+from helpers.repo import command_timeout
+
 
 def write_packs(path: Path, packs: Iterable[TaskPack]) -> None:
     """The packs artifact (``paths.packs``) of these packs, in one row group."""
@@ -44,11 +46,12 @@ def loaded_script(path: Path, name: str) -> Iterator[ModuleType]:
 
 def kill_when_parts_are_written(target: Callable, args: tuple, parts: Path, count: int = 3) -> list[Path]:
     """Run ``target(*args)`` in a forked process and kill it (SIGKILL) once ``parts`` holds
-    ``count`` part files (or after a minute); the part files left on disk."""
+    ``count`` part files (or after :func:`~helpers.repo.command_timeout`); the part files left on
+    disk."""
     child = multiprocessing.get_context("fork").Process(target=target, args=args)
     child.start()
-    deadline = time.time() + 60
-    while len(list(parts.glob("part-*.parquet"))) < count and time.time() < deadline:
+    deadline = time.monotonic() + command_timeout()
+    while len(list(parts.glob("part-*.parquet"))) < count and time.monotonic() < deadline:
         time.sleep(0.02)
     os.kill(child.pid, signal.SIGKILL)
     child.join()
