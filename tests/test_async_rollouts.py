@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from interlock.core import schemas
 from interlock.core.config import BackboneConfig, GenerationConfig, ServerConfig
 from interlock.core.errors import InterlockError
 from interlock.core.io import read_rows
+from interlock.models import openai_backend
 from interlock.models.backends import OPENAI_URL_ENV, make_backend
 from interlock.models.loopback_server import (
     Answer,
@@ -31,6 +33,7 @@ from interlock.rollout.engine import RolloutLimits, run_episodes
 from interlock.rollout.runs import plan_episodes, run_rollouts
 
 from helpers.artifacts import kill_when_parts_are_written
+from helpers.repo import command_timeout
 
 #: quick replies: the tests time behaviour, not throughput
 AGENT = ScriptedAgent(seed=5, median_tokens=8, sigma=1.0, first_token_s=0.002, seconds_per_token=0.0005)
@@ -70,26 +73,91 @@ def test_async_writes_the_lockstep_trajectories_byte_for_byte(contexts, tmp_path
     assert retries["async"] == retries["lockstep"] > 0
 
 
+class Journal:
+    """What a loopback server did, in order: ``(event, task, turn)`` with ``event`` "arrived" (the
+    script got the request) or "answered" (the reply is made; recorded before its bytes are sent,
+    so before the client can act on it). The script does the reply's delay itself, so "answered"
+    is when the reply leaves."""
+
+    def __init__(self, script) -> None:
+        self.events: list[tuple[str, str, int]] = []
+        self._script, self._lock = script, threading.Lock()
+
+    def _record(self, event: str, request: Request) -> None:
+        turn = sum(m["role"] == "assistant" for m in request.body["messages"])
+        with self._lock:
+            self.events.append((event, _request_of(request), turn))
+
+    def __call__(self, request: Request) -> Answer:
+        self._record("arrived", request)
+        answer = self._script(request)
+        time.sleep(answer.delay_s)
+        self._record("answered", request)
+        return replace(answer, delay_s=0.0)
+
+    def at(self, event: str, task: str | None = None, turn: int | None = None) -> list[int]:
+        """The positions of the matching events."""
+        return [i for i, (e, k, t) in enumerate(self.events)
+                if e == event and task in (None, k) and turn in (None, t)]
+
+    def peak(self) -> int:
+        """The most requests that had arrived and were not yet answered, at any point."""
+        out = peak = 0
+        for event, _, _ in self.events:
+            out += 1 if event == "arrived" else -1
+            peak = max(peak, out)
+        return peak
+
+
 def test_each_episode_advances_on_its_own_reply(contexts, tmp_path) -> None:
-    """One task's server replies take 0.4 s, the others' milliseconds: under async the others finish
-    before its first reply arrives; under lockstep every turn waits for it."""
+    """Under async the slow task's first request is held until the other three episodes have come
+    back from the engine (whatever the clock says): they run every turn while it waits, and it
+    ends last. Under lockstep (its replies a little slower than the others') no request of a turn
+    leaves before every reply of the turn before, the slow one's included: every turn waits for
+    it. The server's journal says which happened, not the time taken."""
     slow = contexts[0].pack.request
+    release = threading.Event()
 
-    def script(request: Request) -> Answer:
+    def held(request: Request) -> Answer:
+        if _request_of(request) == slow:
+            release.wait(timeout=command_timeout())  # async: set once the others are back
+        return AGENT(request)
+
+    with LoopbackServer(journal := Journal(held), 2) as server:
+        episodes = plan_episodes(iter(contexts[:4]), policy="loopback", attempts=1, seed=3)
+        trajectories = []
+        try:
+            for trajectory in run_episodes(episodes, _backend(server), RolloutLimits(max_turns=12),
+                                           tmp_path / "async", schedule="async"):
+                trajectories.append(trajectory)
+                if len(trajectories) == 3:
+                    release.set()
+        finally:
+            release.set()
+    assert 2 <= journal.peak() <= 4, "concurrent, and never more out than max_in_flight"
+    assert [t.task_id for t in trajectories][-1] == contexts[0].task_id
+    (first_reply,) = journal.at("answered", slow, 0)
+    for context in contexts[1:4]:
+        own = journal.at("arrived", context.pack.request) + journal.at("answered", context.pack.request)
+        (turns,) = [t.turns for t in trajectories if t.task_id == context.task_id]
+        assert len(own) == 2 * turns and turns >= 3  # listed, read, submitted: all while the slow one waited
+        assert max(own) < first_reply
+
+    def slower(request: Request) -> Answer:
         answer = AGENT(request)
-        return replace(answer, delay_s=0.4) if _request_of(request) == slow else answer
+        return replace(answer, delay_s=answer.delay_s + 0.05) if _request_of(request) == slow else answer
 
-    for schedule in ("async", "lockstep"):
-        with LoopbackServer(script, 2) as server:
-            trajectories = _rollouts(contexts[:4], _backend(server), tmp_path / schedule, schedule)
-            assert 2 <= server.peak_in_flight <= 4, "concurrent, and never more out than max_in_flight"
-        (slow_turns,) = [t.turns for t in trajectories if t.task_id == contexts[0].task_id]
-        others = [t for t in trajectories if t.task_id != contexts[0].task_id]
-        if schedule == "async":
-            assert trajectories[-1].task_id == contexts[0].task_id
-            assert max(t.seconds for t in others) < 0.4
-        else:  # each turn the others took while the slow episode lived waited for its reply
-            assert all(t.seconds >= 0.4 * min(t.turns, slow_turns) for t in others)
+    with LoopbackServer(journal := Journal(slower), 2) as server:
+        trajectories = _rollouts(contexts[:4], _backend(server), tmp_path / "lockstep", "lockstep")
+    assert 2 <= journal.peak() <= 4, "a turn's requests out together, never more than max_in_flight"
+    (slow_turns,) = [t.turns for t in trajectories if t.task_id == contexts[0].task_id]
+    longest = max(t.turns for t in trajectories)
+    assert len({t.turns for t in trajectories}) > 1, "episodes of several lengths"
+    for turn in range(longest - 1):
+        assert max(journal.at("answered", turn=turn)) < min(journal.at("arrived", turn=turn + 1)), turn
+        if turn + 1 < slow_turns:
+            (reply,) = journal.at("answered", slow, turn)
+            assert reply < min(journal.at("arrived", turn=turn + 1))
 
 
 def test_load_spreads_across_endpoints(contexts, tmp_path) -> None:
@@ -101,7 +169,22 @@ def test_load_spreads_across_endpoints(contexts, tmp_path) -> None:
     assert min(server.served) >= 0.7 * max(server.served), server.served
 
 
-def test_timeouts_429_and_5xx_are_retried_and_retry_after_is_honoured(contexts, tmp_path) -> None:
+class _SleepLog:
+    """The backend module's ``time``, recording every wait it sleeps (and sleeping it)."""
+
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        time.sleep(seconds)
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
+def test_timeouts_429_and_5xx_are_retried_and_retry_after_is_honoured(contexts, tmp_path,
+                                                                       monkeypatch) -> None:
     """Every request's first try fails, in turn: a timeout, 429 with Retry-After, 500, 503."""
     failures = [Answer(200, b"", delay_s=2.0),
                 Answer(429, error_body(429, "slow down"), headers=(("Retry-After", "0.3"),)),
@@ -117,11 +200,13 @@ def test_timeouts_429_and_5xx_are_retried_and_retry_after_is_honoured(contexts, 
     assert {t.finish_reason for t in trajectories} == {"submitted"}
     assert backend.retries == sum(server.served) // 2 == sum(t.turns for t in trajectories)
 
+    # every first try answered 429 with Retry-After: 0.3: each retry waits exactly what it was told
+    monkeypatch.setattr(openai_backend, "time", waits := _SleepLog())
     with LoopbackServer(lambda r: failures[1] if r.attempt == 0 else AGENT(r), 1) as server:
         backend = _backend(server)
-        start = time.perf_counter()
         trajectories = _rollouts(contexts[:1], backend, tmp_path / "retry-after")
-    assert time.perf_counter() - start >= 0.3 * trajectories[0].turns, "each retry waited as told"
+    assert trajectories[0].finish_reason == "submitted" and backend.retries == trajectories[0].turns
+    assert waits.slept == [0.3] * trajectories[0].turns
 
 
 def test_a_failing_endpoint_is_passed_over(contexts, tmp_path) -> None:
@@ -217,15 +302,20 @@ def test_bad_arguments_are_the_models_error_not_the_servers(contexts, tmp_path) 
 
 
 def test_a_server_that_answers_byte_by_byte_is_cut_at_the_timeout(tmp_path) -> None:
+    """Each byte comes well within the socket's timeout, the whole answer (about 12 s of them) far
+    beyond ``timeout_s``: both tries are cut by the watchdog, so the completion is the timeout's
+    error, not the answer the server would have finished sending."""
     from interlock.core.backend import ChatRequest
     from interlock.core.chat import Message
 
-    with LoopbackServer(lambda r: Answer(200, completion_body("hi"), drip_s=0.05), 1) as server:
+    body = completion_body("hi")
+    assert len(body) * 0.05 > 10 * 0.4
+    with LoopbackServer(lambda r: Answer(200, body, drip_s=0.05), 1) as server:
         backend = _backend(server, timeout_s=0.4, max_retries=1)
-        start = time.perf_counter()
         completion = backend.complete_one(ChatRequest("k", (Message("user", "hi"),)))
-    assert time.perf_counter() - start < 2.0
-    assert completion.finish_reason == "server_error" and "no answer within 0.4 s" in completion.detail
+    assert completion.finish_reason == "server_error" and completion.text == ""
+    assert "no answer within 0.4 s" in completion.detail and "(tried 2 times)" in completion.detail
+    assert server.served == [2] and backend.retries == 1
 
 
 def test_the_config_reaches_the_backend(tmp_path, monkeypatch) -> None:
