@@ -1,6 +1,9 @@
 """The ablations as DVC experiments at the smoke scale: a breadth sweep and a judge sweep run
-through the real DVC queue, then `interlock collect` compares them; and, on experiments made up
-here (no pipeline run), the intervention axis and every comparison's minimum detectable effect."""
+through the real DVC queue, then `interlock collect` compares them; how experiments are read
+through DVC's API (which it lists, their files at their commits, per-episode results from the
+cache or a DVC remote), on a one-stage pipeline of made-up results run as real DVC experiments;
+and, on experiments made up here (no pipeline run), the intervention axis and every comparison's
+minimum detectable effect."""
 
 from __future__ import annotations
 
@@ -14,8 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -31,10 +32,10 @@ from interlock.analysis.ablations import (
     plot_synthesis,
     read_experiments,
 )
-from interlock.core import schemas
+from interlock.core.errors import InterlockError
 from interlock.evaluation.metrics import bootstrap_indices, paired_delta, seed_indices, summarize_pool
 
-from helpers.repo import BIN, GIT_USER, command_timeout, user_env
+from helpers.repo import BIN, command_timeout, user_env
 from helpers.repo import run as _run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -115,20 +116,19 @@ def test_a_judge_sweep_trains_each_judges_accepted_set(swept) -> None:
         assert experiments["agent"].metrics["train"][key] == experiments["text"].metrics["train"][key], key
 
 
-def test_every_run_of_a_sweep_shares_its_wandb_group(swept) -> None:
-    """W&B compares a sweep through its group: each experiment's stage runs, written offline from
-    DVC's temporary workspaces into the repository's wandb/ folder, carry the sweep's group and the
-    experiment's name."""
-    from interlock.analysis.wandb_runs import read_offline_run
-
-    runs = [read_offline_run(folder) for folder in sorted((swept / "wandb").glob("offline-run-*"))]
-    for group in ("breadth", "judge"):
-        for experiment in read_experiments(swept, group):
-            own = [run for run in runs if run["name"].startswith(f"{experiment.name}-")]
-            assert {"sample", "train", "evaluate"} <= {run["job_type"] for run in own}, experiment.name
-            assert {run["group"] for run in own} == {group}
-            assert {run["name"] for run in own} == {f"{experiment.name}-{run['job_type']}" for run in own}
-            assert all(run["config"]["tracking"]["group"] == group for run in own)
+def test_every_experiment_of_a_sweep_logs_its_wandb_runs_into_the_repository(swept) -> None:
+    """Each experiment's stage runs, written offline from DVC's temporary workspaces, land in the
+    repository's wandb/ folder (the copy starts without one), each a run folder with its ``.wandb``
+    log for ``wandb sync``: at least sample, train and evaluate per experiment. Their names and
+    group are not read back from disk (offline, only W&B's private log holds them); that a run's
+    group is the sweep's ``tracking.group`` and its name the experiment's is
+    tests/test_tracking.py's, on the live run."""
+    experiments = read_experiments(swept)
+    assert {e.group for e in experiments} == {"breadth", "judge"}
+    folders = sorted((swept / "wandb").glob("offline-run-*"))
+    assert len(folders) >= 3 * len(experiments) == 3 * 4
+    for folder in folders:
+        assert (folder / f"run-{folder.name.rsplit('-', 1)[-1]}.wandb").stat().st_size > 0
 
 
 def test_collect_writes_the_table_the_comparisons_and_the_pictures(swept, tmp_path) -> None:
@@ -303,7 +303,7 @@ def test_the_pictures_state_each_comparisons_mde(made_up) -> None:
 
 
 def test_collect_writes_the_comparisons_with_their_mde(made_up, tmp_path, monkeypatch, capsys) -> None:
-    monkeypatch.setattr(ablations, "read_experiments", lambda repo, group=None: made_up[:2])
+    monkeypatch.setattr(ablations, "read_experiments", lambda repo, group=None, revs=None: made_up[:2])
     assert cli.main(["collect", "--repo", str(tmp_path), "-o", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
     assert "MDE" in printed and "rti" in printed and "no-rti (none)" in printed
@@ -316,36 +316,168 @@ def test_collect_writes_the_comparisons_with_their_mde(made_up, tmp_path, monkey
         assert (tmp_path / "out" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_per_episode_results_are_read_from_the_dvc_cache_at_the_experiments_commit(tmp_path) -> None:
-    """An experiment ref whose dvc.lock names the evaluation folder's hash: its results come from
-    ``.dvc/cache`` (DVC 3's layout); one whose cache entry is gone reads as None."""
-    repo = tmp_path / "repo"
-    (repo / "metrics").mkdir(parents=True)
-    made = _experiment("x", (0.4, 0.4), intervention="rti", tasks=6)
-    params = {**made.params, "paths": {"metrics": "metrics", "evaluation": "data/evaluation"}}
-    (repo / "params.yaml").write_text(yaml.safe_dump(params))
-    (repo / "metrics" / "evaluate.json").write_text(json.dumps(made.metrics["evaluate"]))
-    table = tmp_path / "results.parquet"
-    pq.write_table(pa.Table.from_pylist(made.results, schema=schemas.EVAL_RESULTS), table)
+# ----------------------------------------------------------------------------- read through dvc.api
 
-    def cache(digest: str, data: bytes) -> None:
-        path = repo / ".dvc" / "cache" / "files" / "md5" / digest[:2] / digest[2:]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+#: the one stage of the toy pipeline: made-up per-episode results (a base that fails, an rft that
+#: passes more often the more domains), summarized as the evaluate stage summarizes them
+TOY_STAGE = '''\
+import json
+from pathlib import Path
 
-    cache("ab" * 16, table.read_bytes())
-    cache("cd" * 16 + ".dir", json.dumps([{"md5": "ab" * 16, "relpath": "results.parquet"}]).encode())
-    lock = {"schema": "2.0", "stages": {"evaluate": {"cmd": "x", "outs": [
-        {"path": "data/evaluation", "hash": "md5", "md5": "cd" * 16 + ".dir"}]}}}
-    (repo / "dvc.lock").write_text(yaml.safe_dump(lock))
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from interlock.core import schemas
+from interlock.evaluation.metrics import summarize_pool
+
+params = yaml.safe_load(Path("params.yaml").read_text())
+count = params["domains"]["count"]
+passed = {"base": [False] * 12, "rft": list(np.random.default_rng(count).random(12) < count / 8)}
+by_model = {model: [{"model": model, "seed": 0, "pool": "benchmark", "rollout_id": f"{model}-t{i:02d}",
+                     "task_id": f"t{i:02d}", "domain_id": f"d{i % 4}", "attempt": 0, "passed": bool(p),
+                     "score": float(p), "criterion_pass_rate": float(p), "criteria": 4,
+                     "primary_passed": bool(p), "completion_gap": False, "turns": 4, "tool_calls": 6,
+                     "finish_reason": "submitted"} for i, p in enumerate(flags)]
+            for model, flags in passed.items()}
+summary = summarize_pool(by_model, pool="benchmark", seed=params["seed"],
+                         resamples=params["eval"]["bootstrap"], confidence=params["eval"]["confidence"])
+metrics, evaluation = Path(params["paths"]["metrics"]), Path(params["paths"]["evaluation"])
+metrics.mkdir(exist_ok=True)
+evaluation.mkdir(parents=True, exist_ok=True)
+(metrics / "evaluate.json").write_text(json.dumps({"models": list(by_model), "reference": "base",
+                                                   "pools": {"benchmark": summary}}))
+(metrics / "sample.json").write_text(json.dumps({"trajectories": 2 * count, "domains": count}))
+rows = [row for model_rows in by_model.values() for row in model_rows]
+pq.write_table(pa.Table.from_pylist(rows, schema=schemas.EVAL_RESULTS), evaluation / "results.parquet")
+'''
+TOY_PIPELINE = {
+    "metrics": ["metrics/evaluate.json", "metrics/sample.json"],
+    "stages": {"evaluate": {"cmd": "python evaluate.py", "deps": ["evaluate.py"],
+                            "params": ["seed", "eval", "domains.count", "judge.name", "tracking.group"],
+                            "outs": ["data/evaluation", {"metrics/evaluate.json": {"cache": False}},
+                                     {"metrics/sample.json": {"cache": False}}]}},
+}
+TOY_PARAMS = {"seed": SEED, "eval": {"bootstrap": RESAMPLES, "confidence": 0.95},
+              "paths": {"metrics": "metrics", "evaluation": "data/evaluation"}, "tracking": {"group": None},
+              "domains": {"count": 2}, "judge": {"name": "agent"}, "intervention": {"name": "none"}}
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory) -> dict[str, Path]:
+    """A one-stage DVC pipeline in a real git repository with a DVC remote: a breadth sweep (d2,
+    d4) and a judge experiment (text) run with `dvc exp run`, one more queued and never run, the
+    sweep pushed (`dvc exp push`) to a bare git remote, and a clone of that remote that pulled the
+    experiments without their data (`dvc exp pull --no-cache`)."""
+    root = tmp_path_factory.mktemp("toy")
+    repo, origin, clone = root / "repo", root / "origin.git", root / "clone"
+    repo.mkdir()
+    (repo / "evaluate.py").write_text(TOY_STAGE)
+    (repo / "dvc.yaml").write_text(yaml.safe_dump(TOY_PIPELINE, sort_keys=False))
+    (repo / "params.yaml").write_text(yaml.safe_dump(TOY_PARAMS, sort_keys=False))
     _run(["git", "init", "-q"], repo)
-    _run(["git", *GIT_USER, "add", "params.yaml", "metrics", "dvc.lock"], repo)
-    _run(["git", *GIT_USER, "commit", "-qm", "an experiment"], repo)
-    _run(["git", "update-ref", "refs/exps/ab/cdef/with-results", "HEAD"], repo)
-    (found,) = read_experiments(repo)
-    assert found.name == "with-results" and found.intervention == "rti"
-    assert found.results is not None and len(found.results) == len(made.results)
-    assert found.results[0]["task_id"] == "t00" and found.metrics["evaluate"] == made.metrics["evaluate"]
+    _dvc(repo, "init", "-q")
+    _dvc(repo, "remote", "add", "-d", "store", str(root / "store"))
+    _run([*GIT, "add", "-A"], repo)
+    _run([*GIT, "commit", "-qm", "a one-stage pipeline"], repo)
+    _run(["git", "init", "-q", "--bare", str(origin)], root)
+    _run(["git", "remote", "add", "origin", str(origin)], repo)
+    _run(["git", "push", "-q", "origin", "HEAD"], repo)
+    for name, settings in (("d2", ("domains.count=2", "judge.name=agent", "tracking.group=breadth")),
+                           ("d4", ("domains.count=4", "judge.name=agent", "tracking.group=breadth")),
+                           ("text", ("domains.count=2", "judge.name=text", "tracking.group=judge"))):
+        _dvc(repo, "exp", "run", "-n", name, *(arg for setting in settings for arg in ("-S", setting)))
+    _dvc(repo, "exp", "run", "--queue", "-n", "waiting", "-S", "domains.count=8")
+    _dvc(repo, "exp", "push", "origin", "d2", "d4")
+    _run(["git", "clone", "-q", str(origin), str(clone)], root)
+    _dvc(clone, "exp", "pull", "origin", "d2", "d4", "--no-cache")
+    return {"repo": repo, "clone": clone, "origin": origin}
+
+
+def _at(repo: Path, rev: str, path: str) -> str:
+    return _run(["git", "show", f"{rev}:{path}"], repo, stdout_only=True)
+
+
+def _empty_remote(repo: Path, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    _dvc(repo, "remote", "modify", "--local", "store", "url", str(tmp_path / "empty"))
+
+
+def test_experiments_are_read_at_their_commits_as_dvc_exp_show_lists_them(toy) -> None:
+    repo = toy["repo"]
+    found = read_experiments(repo)
+    # finished experiments of HEAD, oldest first: the queued one, with nothing measured yet, is left out
+    assert [e.name for e in found] == ["d2", "d4", "text"]
+    assert "waiting" in _dvc(repo, "exp", "show", "--no-pager", "--csv")  # though DVC lists it
+    for experiment in found:
+        # the files as git holds them at the experiment's commit, typed as written (not as `dvc exp show`
+        # prints them)
+        assert experiment.params == yaml.safe_load(_at(repo, experiment.rev, "params.yaml"))
+        assert experiment.metrics == {stem: json.loads(_at(repo, experiment.rev, f"metrics/{stem}.json"))
+                                      for stem in ("evaluate", "sample")}
+        # the per-episode results, from the DVC cache: what the summary was computed from
+        rft = [r for r in experiment.results if r["model"] == "rft"]
+        summary = experiment.metrics["evaluate"]["pools"]["benchmark"]["models"]["rft"]
+        assert len(experiment.results) == 2 * 12
+        assert summary["pass_rate"]["value"] == pytest.approx(sum(r["passed"] for r in rft) / 12)
+    assert [(e.breadth, e.judge, e.group) for e in found] == [
+        (2, "agent", "breadth"), (4, "agent", "breadth"), (2, "text", "judge")]
+    assert [e.name for e in read_experiments(repo, "breadth")] == ["d2", "d4"]
+    assert [e.name for e in read_experiments(repo, "judge")] == ["text"]
     assert read_experiments(repo, "no-such-group") == []
-    shutil.rmtree(repo / ".dvc" / "cache" / "files" / "md5" / "ab")
-    assert read_experiments(repo)[0].results is None
+    comparisons = axis_comparisons(found)  # within a sweep only: text is another sweep's
+    assert set(zip(comparisons["axis"], comparisons["experiment"], comparisons["reference_experiment"],
+                   strict=True)) == {("breadth", "d4", "d2")}
+    assert comparisons["paired"].all()
+
+
+def test_a_clone_reads_the_per_episode_results_from_the_dvc_remote(toy) -> None:
+    """A clone that pulled the experiments without their data has no DVC cache: their results come
+    from the remote, as they are in the repository that pushed them."""
+    assert not (toy["clone"] / ".dvc" / "cache").exists()
+    cloned = read_experiments(toy["clone"])
+    assert [e.name for e in cloned] == ["d2", "d4"]  # only the pushed ones
+    pushed = {e.name: e for e in read_experiments(toy["repo"], "breadth")}
+    for experiment in cloned:
+        assert experiment.results is not None and experiment.results == pushed[experiment.name].results
+        assert experiment.metrics == pushed[experiment.name].metrics
+
+
+def test_results_in_neither_the_cache_nor_the_remote_read_as_none(toy, tmp_path) -> None:
+    """Without the per-episode results (the cache cleared, the remote empty), the experiments still
+    read from git, and their comparison is the point difference alone."""
+    repo = tmp_path / "repo"
+    shutil.copytree(toy["repo"], repo, symlinks=True)
+    shutil.rmtree(repo / ".dvc" / "cache")
+    _empty_remote(repo, tmp_path)
+    found = read_experiments(repo, "breadth")
+    assert [e.name for e in found] == ["d2", "d4"] and all(e.results is None for e in found)
+    assert found[0].metrics == read_experiments(toy["repo"], "breadth")[0].metrics
+    comparisons = axis_comparisons(found)
+    assert len(comparisons) and not comparisons["paired"].any() and comparisons["mde"].isna().all()
+    said = comparison_table(comparisons, models=["rft"])["task pass rate difference [interval], MDE"]
+    assert "no per-task results in the DVC cache" in said.iloc[0]
+
+
+def test_collect_reads_the_experiments_of_another_baseline(toy, tmp_path, capsys) -> None:
+    """After a new commit the sweep's experiments are no longer HEAD's: `--rev` names the commit
+    they started from."""
+    repo = tmp_path / "repo"
+    shutil.copytree(toy["repo"], repo, symlinks=True)
+    baseline = _run(["git", "rev-parse", "HEAD"], repo, stdout_only=True).strip()
+    _run([*GIT, "commit", "-qm", "later", "--allow-empty"], repo)
+    assert read_experiments(repo) == []
+    done = _run([str(BIN / "interlock"), "collect", "--repo", str(repo), "-o", str(tmp_path / "none")], repo,
+                check=False)
+    assert "no finished experiment under HEAD" in done and "--rev" in done
+    out = tmp_path / "report"
+    args = ["collect", "--repo", str(repo), "--rev", baseline, "--group", "breadth", "-o", str(out)]
+    assert cli.main(args) == 0
+    assert "benchmark task pass rate, 2 experiments" in capsys.readouterr().out
+    assert set(pd.read_csv(out / "ablations.tsv", sep="\t")["experiment"]) == {"d2", "d4"}
+
+
+def test_a_folder_that_is_no_dvc_repository_is_refused(tmp_path) -> None:
+    with pytest.raises(InterlockError, match="not the root of a DVC repository"):
+        read_experiments(tmp_path)

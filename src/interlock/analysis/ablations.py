@@ -3,11 +3,12 @@ ablation makes, and the pictures of the four ablations (the rollout-time interve
 against rti; recursive synthesis, base against rst; transfer against domain breadth; agent judge
 against text judge).
 
-A finished experiment is a git commit under ``refs/exps/``: its ``params.yaml`` says what it
-varied (``intervention``, ``synthesis``, ``domains``, ``judge``, ``train.seeds``, and its sweep,
-``tracking.group``) and its ``metrics/*.json`` (committed: DVC does not cache them) hold what it
-measured. Reading those files at each experiment's commit needs nothing but git, and gives the
-same numbers that ``dvc exp show`` lists and W&B holds.
+A finished experiment is what ``dvc exp show`` lists under a baseline commit (``HEAD`` unless
+told otherwise), read through DVC's public API: :func:`dvc.api.exp_show` names the experiments and
+their commits, and :func:`dvc.api.read` reads each one's files at its commit: ``params.yaml`` says
+what it varied (``intervention``, ``synthesis``, ``domains``, ``judge``, ``train.seeds``, and its
+sweep, ``tracking.group``) and its ``metrics/*.json`` (committed: DVC does not cache them) hold
+what it measured, the same numbers that ``dvc exp show`` lists and W&B holds.
 
 **Minimum detectable effect.** Every comparison states the smallest true difference the run
 would detect (95% confidence, 80% power; :func:`~interlock.evaluation.metrics.minimum_detectable_effect`),
@@ -15,25 +16,29 @@ so "no difference" reads as "none" or as "too small a run to tell". Within an ex
 model's delta against the reference model carries its ``delta_mde`` from ``evaluate.json``.
 Between experiments (:func:`axis_comparisons`: rti against none, each breadth against the
 smallest, the text judge against the agent judge) the difference is bootstrapped paired by task
-from the two experiments' per-episode results, read from the DVC cache at each experiment's
-commit (git alone has only the summaries); where the cache lacks them the point difference is
-given without an interval or MDE.
+from the two experiments' per-episode results, read with :func:`dvc.api.open` at each
+experiment's commit (git alone has only the summaries; DVC finds them in the local cache, else in
+the default remote); where neither holds them the point difference is given without an interval or
+MDE.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import subprocess
+import tempfile
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path, PurePosixPath
 
+import dvc.api
 import numpy as np
 import pandas as pd
 import yaml
+from dvc.exceptions import DvcException, PathMissingError
+from dvc_data.index import DataIndexError
 from matplotlib.figure import Figure
 
 from interlock.analysis.report import BAR_METRICS, COLORS, TABLE_METRICS, comparison_frame
@@ -66,8 +71,9 @@ COMPARISON_COLUMNS = ["axis", "group", "experiment", "level", "reference_experim
 
 @dataclass(frozen=True)
 class Experiment:
-    """One finished experiment: its name, commit, parameters and metrics files (by stem), and
-    its evaluation's per-episode result rows where the DVC cache holds them (else None)."""
+    """One finished experiment: its name, commit (abbreviated, as ``dvc exp show`` lists it),
+    parameters and metrics files (by stem), and its evaluation's per-episode result rows where the
+    DVC cache or remote holds them (else None)."""
 
     name: str
     rev: str
@@ -101,75 +107,85 @@ class Experiment:
         return (self.params.get("synthesis") or {}).get("name") or "base"
 
 
-def _git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise InterlockError(f"git {' '.join(args)} failed: {done.stderr.strip()}", file=str(repo))
-    return done.stdout
-
-
-def _at(repo: Path, rev: str, path: str) -> str | None:
-    done = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=repo, capture_output=True, text=True)
-    return done.stdout if done.returncode == 0 else None
-
-
-def _cached_results(repo: Path, rev: str, evaluation: str) -> list[dict] | None:
-    """The evaluate stage's per-episode results at ``rev``: the hash of the ``evaluation`` folder
-    in that commit's ``dvc.lock``, looked up in the repository's DVC cache (``.dvc/cache``). None
-    where the lock or the cache lacks them (a cleared cache, an experiment pulled without data)."""
+def _listed(repo: Path, revs: str | Sequence[str] | None) -> list[tuple[str, str]]:
+    """(name, commit) of every experiment ``dvc exp show`` lists under the baselines ``revs``
+    (``HEAD`` when None), each baseline's oldest first (DVC lists the newest first). A queued or
+    failed one is listed at its commit in DVC's queue, which holds no metrics: the caller leaves
+    it out with every other experiment that has none."""
+    if not (repo / ".dvc").is_dir():  # else DVC would take the path for a URL to clone
+        raise InterlockError("not the root of a DVC repository (no .dvc folder)", file=str(repo))
+    baselines = [revs] if isinstance(revs, str) else list(revs) if revs else None
     try:
-        lock = yaml.safe_load(_at(repo, rev, "dvc.lock") or "") or {}
-        folder = PurePosixPath(evaluation).as_posix()
-        digest = next((out.get("md5") for stage in (lock.get("stages") or {}).values()
-                       for out in stage.get("outs") or () if out.get("path") == folder), None)
-        listing = _cached(repo, digest)
-        if listing is None:
-            return None
-        files = {entry["relpath"]: entry["md5"] for entry in json.loads(listing.read_text())}
-        table = _cached(repo, files.get("results.parquet"))
-        return read_rows(table, schemas.EVAL_RESULTS) if table is not None else None
-    except (InterlockError, OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
-        return None  # a results table this reader cannot use is as good as none: no paired comparison
+        rows = dvc.api.exp_show(repo=str(repo), revs=baselines)
+    except DvcException as exc:
+        raise InterlockError(f"dvc exp show failed: {exc}", file=str(repo)) from None
+    listed: list[tuple[str, str]] = []
+    batch: list[tuple[str, str]] = []
+    for row in rows:
+        if row.get("typ") == "baseline":  # a baseline row starts the next baseline's experiments
+            listed += reversed(batch)
+            batch = []
+        elif row.get("Experiment") and row.get("rev"):
+            batch.append((str(row["Experiment"]), str(row["rev"])))
+    listed += reversed(batch)
+    return list(dict.fromkeys(listed))  # a baseline given twice (HEAD and its branch) is listed twice
 
 
-def _cached(repo: Path, digest: str | None) -> Path | None:
-    """A file of the DVC cache by its md5 (DVC 3's layout, then DVC 2's)."""
-    if not digest:
+def _read(repo: Path, rev: str, path: str) -> str | None:
+    """A text file of the experiment ``rev`` (git's or DVC's), None where it has none."""
+    try:
+        return dvc.api.read(path, repo=str(repo), rev=rev)
+    except PathMissingError:
         return None
-    for folder in (repo / ".dvc" / "cache" / "files" / "md5", repo / ".dvc" / "cache"):
-        path = folder / digest[:2] / digest[2:]
-        if path.is_file():
-            return path
-    return None
+    except DvcException as exc:
+        raise InterlockError(f"cannot read it at experiment commit {rev} ({exc})", file=path) from None
 
 
-def read_experiments(repo: Path | str, group: str | None = None) -> list[Experiment]:
-    """Every finished experiment of ``repo`` (of the sweep ``group`` only, when given), oldest
-    first; one without its evaluate metrics (it failed before evaluating) is left out. The paths
-    are read from each experiment's own ``params.yaml`` (an older layout reads as well)."""
+def _results(repo: Path, rev: str, evaluation: str) -> list[dict] | None:
+    """The evaluate stage's per-episode results at ``rev``, from the DVC cache or the default
+    remote. None where neither holds them (a cleared cache, an experiment pulled without data, no
+    remote), or where the table is not one this reader can use: then there is no paired
+    comparison."""
+    path = (PurePosixPath(evaluation) / "results.parquet").as_posix()
+    try:
+        with dvc.api.open(path, repo=str(repo), rev=rev, mode="rb") as handle:
+            data = handle.read()
+    except (DvcException, DataIndexError, OSError):
+        return None
+    with tempfile.TemporaryDirectory(prefix="interlock-results-") as folder:
+        table = Path(folder) / "results.parquet"
+        table.write_bytes(data)
+        try:
+            return read_rows(table, schemas.EVAL_RESULTS)
+        except InterlockError:
+            return None
+
+
+def read_experiments(repo: Path | str, group: str | None = None,
+                     revs: str | Sequence[str] | None = None) -> list[Experiment]:
+    """Every finished experiment of ``repo`` that ``dvc exp show`` lists under the baseline
+    commits ``revs`` (``HEAD`` when None; a branch, tag or commit, or several), of the sweep
+    ``group`` only when given, each baseline's oldest first; one without its evaluate metrics (it
+    failed before evaluating) is left out. The paths are read from each experiment's own
+    ``params.yaml`` (an older layout reads as well)."""
     repo = Path(repo)
-    listing = _git(repo, "for-each-ref", "--sort=committerdate", "--format=%(refname) %(objectname)",
-                   "refs/exps/")
     experiments = []
-    for line in listing.splitlines():
-        ref, rev = line.split()
-        if ref.split("/")[2] in {"exec", "celery", "temp"} or ref.count("/") < 4:
-            continue  # DVC's own bookkeeping refs, not finished experiments
-        params_text = _at(repo, rev, "params.yaml")
+    for name, rev in _listed(repo, revs):
+        params_text = _read(repo, rev, "params.yaml")
         params = yaml.safe_load(params_text) if params_text else None
         paths = params.get("paths") if isinstance(params, dict) else None
         if not isinstance(paths, dict) or "metrics" not in paths or "evaluation" not in paths:
             continue  # not an experiment of this pipeline's layout
-        name = ref.rsplit("/", 1)[-1]
         if group is not None and (params.get("tracking") or {}).get("group") != group:
             continue
         metrics_folder = PurePosixPath(paths["metrics"])
-        texts = {stem: _at(repo, rev, (metrics_folder / f"{stem}.json").as_posix()) for stem in METRICS_FILES}
+        texts = {stem: _read(repo, rev, (metrics_folder / f"{stem}.json").as_posix())
+                 for stem in METRICS_FILES}
         if texts["evaluate"] is None:
             continue
         metrics = {stem: json.loads(text) for stem, text in texts.items() if text is not None}
-        experiments.append(Experiment(name, rev, params, metrics,
-                                      _cached_results(repo, rev, str(paths["evaluation"]))))
+        results = _results(repo, rev, str(paths["evaluation"]))
+        experiments.append(Experiment(name, rev, params, metrics, results))
     return experiments
 
 
@@ -220,7 +236,8 @@ def axis_comparisons(experiments: Sequence[Experiment], metrics: Sequence[str] =
     the ``agent`` judge), per pool x model x metric. ``difference`` is ``value - reference_value``; ``low``,
     ``high`` and ``mde`` (the minimum detectable effect at the run's size) come from a bootstrap
     paired by task over both experiments' per-episode results (``paired``); they are missing where
-    either experiment's results are not in the DVC cache or the two ran different tasks."""
+    either experiment's results are in neither the DVC cache nor the remote, or the two ran
+    different tasks."""
     rows: list[dict] = []
     for axis in AXES:
         others = [a for a in AXES if a != axis]
@@ -504,16 +521,19 @@ def plot_synthesis(frame: pd.DataFrame, pool: str = "benchmark", metric: str = "
     return plot_method(frame, "synthesis", pool, metric, comparisons)
 
 
-def write_ablation_report(repo: Path | str, out: Path | str, group: str | None = None
-                          ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Read the finished experiments (of ``group``), write ``ablations.tsv``, ``comparisons.tsv``
+def write_ablation_report(repo: Path | str, out: Path | str, group: str | None = None,
+                          revs: str | Sequence[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Read the finished experiments (of ``group``, under the baselines ``revs``: ``HEAD`` when
+    None; :func:`read_experiments`), write ``ablations.tsv``, ``comparisons.tsv``
     (:func:`axis_comparisons`, each with its MDE), ``breadth.png``, ``judges.png`` and
     ``interventions.png`` and ``synthesis.png`` under ``out``; return the table and the comparisons."""
-    experiments = read_experiments(repo, group)
+    experiments = read_experiments(repo, group, revs)
     if not experiments:
         where = f" in group {group!r}" if group else ""
-        raise InterlockError(f"no finished experiment{where}; run a sweep (`dvc exp run --queue ...`, "
-                             "then `dvc queue start`)", file=str(repo))
+        under = ", ".join([revs] if isinstance(revs, str) else revs or ["HEAD"])
+        raise InterlockError(f"no finished experiment{where} under {under}; run a sweep (`dvc exp run "
+                             "--queue ...`, then `dvc queue start`), or name the commit it started from "
+                             "(`--rev`)", file=str(repo))
     frame = ablation_frame(experiments)
     comparisons = axis_comparisons(experiments)
     out = Path(out)

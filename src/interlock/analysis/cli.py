@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("collect", help="compare finished DVC experiments (a sweep): table and plots")
     p.add_argument("--group", metavar="NAME", help="only the experiments of this sweep (tracking.group)")
     p.add_argument("--repo", type=Path, default=Path("."), help="repository (default: .)")
+    p.add_argument("--rev", dest="revs", action="append", metavar="REV",
+                   help="the commit (branch, tag) the sweep started from, as `dvc exp show --rev` "
+                        "takes it (repeatable; default: HEAD)")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="DIR",
                    help="for ablations.tsv, comparisons.tsv and the ablations' pictures "
                         "(default: reports/<group or all>)")
@@ -265,7 +268,7 @@ def cmd_collect(args: argparse.Namespace, console: Console) -> None:
     from interlock.analysis.ablations import describe, level_name, write_ablation_report
 
     out = args.output or Path("reports") / (args.group or "all")
-    frame, comparisons = write_ablation_report(args.repo, out, args.group)
+    frame, comparisons = write_ablation_report(args.repo, out, args.group, args.revs)
     shown = frame[(frame["pool"] == "benchmark") & (frame["metric"] == "pass_rate")]
     table = Table("experiment", "breadth", "judge", "intervention", "seeds", "trajectories", "model",
                   "pass rate", "delta vs base", "MDE")
