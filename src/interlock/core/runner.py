@@ -27,7 +27,7 @@ from interlock.core.errors import InterlockError
 from interlock.core.io import write_json
 from interlock.core.paths import Paths
 from interlock.core.resources import guarded
-from interlock.core.tracking import StageReport, log_stage
+from interlock.core.tracking import LoggedRun, StageReport, log_stage
 
 #: a stage's library side: its parameters (what it declared), the pipeline's paths; what it
 #: measured, or None for a stage that reports no numbers
@@ -148,16 +148,16 @@ def run_stage(name: str, stage: Stage) -> None:
         track(params, name, report)
 
 
-def track(params: Params, name: str, report: StageReport) -> Path | None:
+def track(params: Params, name: str, report: StageReport) -> LoggedRun | None:
     """Log ``report`` to W&B (outside the timer: ``metrics/timing`` measures the stage, not the
     logging); on any failure print one warning line and return None."""
     try:
-        run_dir = log_stage(params, name, report)
+        logged = log_stage(params, name, report)
     except Exception as exc:  # tracking must never cost the stage its outputs
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(f"warning: {name}: W&B tracking failed ({type(exc).__name__}: {reason}); the stage's "
               f"outputs and DVC metrics are kept", file=sys.stderr)
         return None
-    if run_dir is not None:
-        print(f"{name}: W&B run written to {run_dir}")
-    return run_dir
+    if logged is not None:
+        print(f"{name}: W&B run written to {logged.dir}")
+    return logged

@@ -14,7 +14,13 @@ Mode: ``$WANDB_MODE`` if set, else ``tracking.mode`` (``offline`` by default). `
 nothing and never imports wandb. Runs are written under :func:`wandb_dir`, which stays in the
 original repository even when DVC runs a queued experiment in a temporary workspace
 (``<repo>/.dvc/tmp/exps/tmpXXXX``, deleted once the experiment is collected), so offline runs
-survive until ``wandb sync`` uploads them (``interlock.analysis.wandb_runs`` reads one back).
+survive until ``wandb sync`` uploads them.
+
+Nothing here reads a run back from disk: offline, W&B (0.31) keeps a run's config and summary only
+in its ``.wandb`` transaction log, a private format, and writes no ``files/config.yaml`` or
+``files/wandb-summary.json`` (wandb/wandb#9646), and ``wandb.Api`` needs a server. What a run logged
+is taken from the live run through W&B's public ``Run`` properties (:class:`LoggedRun`); the stage's
+metrics file (``metrics/<stage>.json``) is the record to read.
 """
 
 from __future__ import annotations
@@ -33,6 +39,25 @@ if TYPE_CHECKING:
 
 WORKSPACE = "workspace"  # the experiment name outside `dvc exp run` (a plain `dvc repro`)
 _MODE_ALIASES = {"dryrun": "offline", "run": "online"}  # what wandb itself accepts in WANDB_MODE
+
+
+@dataclass(frozen=True)
+class LoggedRun:
+    """What one W&B run logged, as W&B's public ``Run`` properties give it just before the run
+    finishes: its local folder (``offline-run-<time>-<id>`` in offline mode, holding the
+    ``run-<id>.wandb`` log that ``wandb sync`` uploads), ids and names, ``config`` (without W&B's
+    own ``_wandb`` key) and ``summary_keys`` (every key of its summary, the tables' too; W&B's own
+    ``_`` keys left out). The summary's values are not read back: each read of one copies the
+    whole summary, and they are the stage's metrics file's (``metrics/<stage>.json``) anyway."""
+
+    dir: Path
+    id: str
+    project: str
+    name: str
+    group: str
+    job_type: str
+    config: dict[str, Any]
+    summary_keys: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -146,16 +171,24 @@ def _settings(mode: str):
                           x_save_requirements=False, disable_job_creation=True)
 
 
-def log_stage(params: Params, stage: str, report: StageReport | None, *,
-              cwd: Path | None = None) -> Path | None:
-    """Log one stage's report as one W&B run; return the run's local folder (None when disabled).
+def _logged(run) -> LoggedRun:
+    """The public properties of a live W&B run, before ``finish()`` empties its summary."""
+    config, summary = run.config, list(run.summary.keys())  # a Summary does not iterate
+    return LoggedRun(dir=Path(run.settings.sync_dir), id=run.id, project=run.project, name=run.name,
+                     group=run.group, job_type=run.job_type,
+                     config={key: config[key] for key in list(config.keys()) if key != "_wandb"},
+                     summary_keys=frozenset(key for key in summary if not key.startswith("_")))
 
-    In ``offline`` mode the folder is ``<wandb_dir>/offline-run-<time>-<id>``, read back by
-    ``interlock.analysis.wandb_runs.read_offline_run`` and uploaded by ``wandb sync``; it is
-    complete when this returns. Errors from W&B propagate: the caller decides whether they fail
-    the stage (the stage runner does not). It ends with ``wandb.teardown()``, which also finishes any
-    other W&B run the process left open: a stage that logs its own run (e.g. training curves)
-    finishes it before returning its report.
+
+def log_stage(params: Params, stage: str, report: StageReport | None, *,
+              cwd: Path | None = None) -> LoggedRun | None:
+    """Log one stage's report as one W&B run; return what it logged (None when disabled).
+
+    In ``offline`` mode the run's folder is ``<wandb_dir>/offline-run-<time>-<id>``, uploaded by
+    ``wandb sync``; it is complete when this returns. Errors from W&B propagate: the caller decides
+    whether they fail the stage (the stage runner does not). It ends with ``wandb.teardown()``,
+    which also finishes any other W&B run the process left open: a stage that logs its own run
+    (e.g. training curves) finishes it before returning its report.
     """
     config = params.tracking
     mode = tracking_mode(config)
@@ -177,6 +210,7 @@ def log_stage(params: Params, stage: str, report: StageReport | None, *,
                                             if key not in report.tables}))
         if report.tables:
             run.log({name: _table(rows) for name, rows in report.tables.items()})
+        logged = _logged(run)
         exit_code = 0
     finally:
         # finish() can return before W&B's service has written the whole log to disk; teardown
@@ -186,4 +220,4 @@ def log_stage(params: Params, stage: str, report: StageReport | None, *,
             wandb.teardown()
         except SystemExit as exc:  # W&B exits when its service process failed: report it instead
             raise RuntimeError(f"the W&B service process exited with code {exc.code}") from None
-    return Path(run.settings.sync_dir)
+    return logged
