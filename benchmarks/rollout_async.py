@@ -3,7 +3,7 @@ compatible servers, side by side in one run: ``lockstep`` (every live episode wa
 slowest reply of its turn) and ``async`` (each episode advances as soon as its own reply came,
 at most ``--in-flight`` requests out).
 
-The servers are real HTTP servers on 127.0.0.1 (``interlock.models.loopback_server``, two
+The servers are real HTTP servers on 127.0.0.1 (``interlock.testing.loopback_server``, two
 endpoints by default, bounded in requests and time) that play a scripted agent: it lists the
 workspace, reads one to four files, submits, so the episodes are real (tools run on real
 workspaces of the default scale's kind of task). Reply lengths are lognormal (median
@@ -57,10 +57,10 @@ def tasks(count: int, seed: int) -> list:
 
 def run_side(schedule: str, contexts: list, args: argparse.Namespace) -> tuple[dict, list[dict]]:
     """One schedule on a fresh pair of servers: its figures and its trajectories' rows."""
-    from interlock.models.loopback_server import LoopbackServer, ScriptedAgent
     from interlock.models.openai_backend import OpenAIBackend
     from interlock.rollout.engine import RolloutLimits, run_episodes
     from interlock.rollout.runs import plan_episodes
+    from interlock.testing.loopback_server import LoopbackServer, ScriptedAgent
 
     agent = ScriptedAgent(seed=args.seed, median_tokens=args.median_tokens, sigma=args.sigma,
                           seconds_per_token=args.ms_per_token / 1000, error_rate=args.error_rate)

@@ -1,5 +1,5 @@
 """Rollouts against OpenAI-compatible servers: the engine's async schedule against real HTTP servers
-on loopback (``interlock.models.loopback_server``): the same trajectories as lockstep, load spread
+on loopback (``interlock.testing.loopback_server``): the same trajectories as lockstep, load spread
 over endpoints, retries, failing endpoints and hostile replies that end an episode, never the run,
 configuration, and resuming a killed run."""
 
@@ -20,7 +20,10 @@ from interlock.core.errors import InterlockError
 from interlock.core.io import read_rows
 from interlock.models import openai_backend
 from interlock.models.backends import OPENAI_URL_ENV, make_backend
-from interlock.models.loopback_server import (
+from interlock.models.openai_backend import MAX_REPLY_BYTES, OpenAIBackend
+from interlock.rollout.engine import RolloutLimits, run_episodes
+from interlock.rollout.runs import plan_episodes, run_rollouts
+from interlock.testing.loopback_server import (
     Answer,
     LoopbackServer,
     Request,
@@ -28,9 +31,6 @@ from interlock.models.loopback_server import (
     completion_body,
     error_body,
 )
-from interlock.models.openai_backend import MAX_REPLY_BYTES, OpenAIBackend
-from interlock.rollout.engine import RolloutLimits, run_episodes
-from interlock.rollout.runs import plan_episodes, run_rollouts
 
 from helpers.artifacts import kill_when_parts_are_written
 from helpers.repo import command_timeout

@@ -26,15 +26,15 @@ from interlock.evaluation.bfcl import (
     LIMITS,
     STEP_LIMIT,
     BfclMultiTurn,
-    GroundTruthBackend,
     api_state,
     bfcl_episode,
     bfcl_tool,
-    ground_truth_calls,
     load_tasks,
 )
 from interlock.rollout.engine import RolloutLimits, run_episodes
 from interlock.rollout.trajectory import Trajectory
+
+from helpers.bfcl import GroundTruthBackend, ground_truth_calls
 
 #: the run's limits in these tests: the workspace tasks'; BFCL's episodes must not be bound by them
 RUN_LIMITS = RolloutLimits(max_turns=8)

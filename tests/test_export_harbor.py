@@ -39,9 +39,9 @@ from interlock.rollout.scripted import ADVERSARIES
 from interlock.synthesis.checks import View, run_check
 from interlock.synthesis.packs import TaskPack
 from interlock.synthesis.tasks import TaskContext
-from interlock.synthesis.workspace import DirectoryStore, apply_changes, materialize
+from interlock.synthesis.workspace import DirectoryStore, materialize
 
-from helpers.artifacts import loaded_script, write_packs
+from helpers.artifacts import apply_changes, loaded_script, write_packs
 from helpers.repo import REPO, command_timeout
 
 TASK_SCHEMA = json.loads((REPO / "tests" / "schemas" / "harbor-task-1.3.schema.json").read_text())

@@ -33,7 +33,6 @@ from interlock.core.errors import InterlockError
 from interlock.judging.agent import AgentJudge
 from interlock.judging.text import NO_VERDICT, SYSTEM_PROMPT, TextJudge
 from interlock.judging.verdicts import AnswerForm, Refused, render_transcript
-from interlock.models.loopback_server import Answer, LoopbackServer, completion_body
 from interlock.models.openai_backend import OpenAIBackend
 from interlock.rollout.engine import RolloutLimits, run_episodes
 from interlock.rollout.runs import plan_episodes, scripted_rollouts
@@ -41,6 +40,7 @@ from interlock.rollout.scripted import ScriptedBackend
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.packs import TaskPack
 from interlock.synthesis.tasks import TaskContext
+from interlock.testing.loopback_server import Answer, LoopbackServer, completion_body
 
 from helpers.judges import (
     JudgeDouble,

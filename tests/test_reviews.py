@@ -12,7 +12,7 @@ from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
 from interlock.review.controls import control_problems
 from interlock.review.coverage import coverage_problems
-from interlock.review.critic import critic_problems, public_solution
+from interlock.review.critic import critic_problems, public_calls
 from interlock.review.leaks import leak_problems
 from interlock.review.stage import kill_rates
 from interlock.review.static import review_pack
@@ -46,7 +46,8 @@ def test_public_solver_reproduces_the_oracle(tasks):
     from interlock.synthesis.oracle import oracle_calls, replay
     for domain, _, graph, pack in tasks:
         _, oracle_final = replay(pack.files, oracle_calls(graph, domain))
-        _, public_final = public_solution(pack.public_files())
+        public = pack.public_files()
+        _, public_final = replay(public, public_calls(public))
         assert _records(public_final.contents) == _records(oracle_final.contents), domain.id
 
 

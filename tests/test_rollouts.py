@@ -16,9 +16,9 @@ from interlock.rollout.runs import plan_episodes, run_rollouts
 from interlock.rollout.scripted import ADVERSARIES, ScriptedBackend
 from interlock.synthesis.checks import View, run_check
 from interlock.synthesis.tasks import TaskContext
-from interlock.synthesis.workspace import MemoryStore, apply_changes
+from interlock.synthesis.workspace import MemoryStore
 
-from helpers.artifacts import kill_when_parts_are_written
+from helpers.artifacts import apply_changes, kill_when_parts_are_written
 
 
 def _contexts(tasks) -> list[TaskContext]:

@@ -30,6 +30,18 @@ def write_packs(path: Path, packs: Iterable[TaskPack]) -> None:
         tables.write(rows)
 
 
+def apply_changes(initial: dict[str, str], changes: dict[str, str | None]) -> dict[str, str]:
+    """The files ``changes`` make of ``initial`` (a trajectory's ``final_files``: content where a
+    file was created or changed, None where deleted): the final workspace the trajectory records."""
+    files = dict(initial)
+    for path, text in changes.items():
+        if text is None:
+            files.pop(path, None)
+        else:
+            files[path] = text
+    return files
+
+
 @contextmanager
 def loaded_script(path: Path, name: str) -> Iterator[ModuleType]:
     """A script (a benchmark, an exported verifier) loaded as module ``name`` for the block; it is

@@ -18,18 +18,11 @@ from interlock.synthesis.kinds.decisions import DECISION_KINDS
 from interlock.synthesis.kinds.effects import EFFECT_KINDS, register_entry
 from interlock.synthesis.oracle import replay
 from interlock.synthesis.packs import CLAUSE_LINE, OPTIONS_LINE, REGISTER_LINE, REQUEST_PATH, SCOPE, TaskPack
-from interlock.synthesis.workspace import MemoryStore, parse_csv
+from interlock.synthesis.workspace import parse_csv
 
 
 class NotDerivable(Exception):
     """Public material does not say enough to solve the task at all."""
-
-
-def public_solution(files: dict[str, str]) -> tuple[list[ToolCall], MemoryStore]:
-    """Solve from the public request and workspace only; return the calls and the final state."""
-    calls = public_calls(files)
-    _, final = replay(files, calls)
-    return calls, final
 
 
 def public_calls(files: dict[str, str]) -> list[ToolCall]:

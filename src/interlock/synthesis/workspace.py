@@ -462,16 +462,6 @@ def changed_files(initial: dict[str, str], final: dict[str, str]) -> dict[str, s
     return dict(sorted(changed.items()))
 
 
-def apply_changes(initial: dict[str, str], changes: dict[str, str | None]) -> dict[str, str]:
-    files = dict(initial)
-    for path, text in changes.items():
-        if text is None:
-            files.pop(path, None)
-        else:
-            files[path] = text
-    return files
-
-
 def workspace_diff(initial: dict[str, str], final: dict[str, str]) -> list[dict]:
     """Record-level diff: CSV rows by their first column, JSONL records by position, other
     files whole. Each entry: file, record (or None), before, after (None where absent)."""

@@ -1,6 +1,6 @@
-"""A loopback OpenAI-compatible chat-completions server, for the asynchronous rollouts' benchmark
-and tests: real HTTP on 127.0.0.1 only, one port per endpoint, bounded in requests and time, each
-answer what a script makes of the request.
+"""A loopback OpenAI-compatible chat-completions server, to test a client backend or the rollout
+engine against real HTTP (the asynchronous rollouts' benchmark and tests do): 127.0.0.1 only, one
+port per endpoint, bounded in requests and time, each answer what a script makes of the request.
 
 :class:`ScriptedAgent` is the script the benchmark uses: deterministic replies that drive a real
 workspace episode (list the files, read a few, submit) with skewed reply lengths, latencies that
