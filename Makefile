@@ -22,13 +22,17 @@ test: venv-dev
 # dependencies pin an old numpy and bring API clients, faiss and sentence-transformers, while its
 # multi-turn checker and simulated APIs need only the standard library plus mpmath (pinned in
 # constraints.txt; torch's sympy brings it).
-# The last step probes whether this machine can build the sandbox boundary for model-written
-# checks and records the answer in the venv (docs/judging.md); it never fails the set-up.
+# The last steps install bubblewrap (the preferred sandbox for model-written checks) where this
+# user may (root with apt-get; a few seconds), then probe which sandbox providers can build their
+# boundary here and record the answers in the venv (docs/judging.md); neither fails the set-up.
 venv venv-dev:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -c constraints.txt -e '.$(EXTRAS)'
 	$(BIN)/python -m pip install --no-deps bfcl-eval==2026.3.23
 	$(MAKE) --no-print-directory llamacpp
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1; } || \
+	  echo "bubblewrap not installed (needs root and apt-get); the sandbox falls back to its own namespaces"
 	$(BIN)/python -m interlock.judging.sandbox
 
 venv-dev: EXTRAS = [dev]

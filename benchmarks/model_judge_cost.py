@@ -32,6 +32,7 @@ def main() -> None:
     from interlock.core import schemas
     from interlock.core.config import load_params
     from interlock.core.io import read_rows, write_table
+    from interlock.judging.judges import JudgeContext
     from interlock.judging.stage import run_judge
     from interlock.models.backends import make_backend
     from interlock.synthesis.tasks import pack_folders
@@ -57,8 +58,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="judge-cost-") as tmp:
         subset = Path(tmp) / "trajectories.parquet"
         write_table(subset, rows, schemas.TRAJECTORIES)
-        summary = run_judge(subset, pack_folders(paths), Path(tmp) / "judgements", agent_backend=model,
-                            text_backend=model)
+        summary = run_judge(subset, pack_folders(paths), Path(tmp) / "judgements",
+                            context=JudgeContext(backend=model))
     figures = {}
     print(f"\n{len(rows)} rollouts, both judges backed by {checkpoint}")
     print(f"{'judge':<6} {'s/rollout':>10} {'output tokens':>14} {'tokens/rollout':>15} {'accepted':>9}")

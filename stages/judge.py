@@ -1,4 +1,4 @@
-"""Stage `judge`: the agent judge and the text judge both grade the whole rollout pool.
+"""Stage `judge`: the graders (`judge.graders`: the agent and text judges) grade the whole rollout pool.
 
 Its library side is `interlock.judging.stage.judge`."""
 

@@ -19,8 +19,8 @@ from interlock.core.config import BackboneConfig, GenerationConfig, ServerConfig
 from interlock.core.errors import InterlockError
 from interlock.core.io import read_rows
 from interlock.models import openai_backend
-from interlock.models.backends import OPENAI_URL_ENV, make_backend
-from interlock.models.openai_backend import MAX_REPLY_BYTES, OpenAIBackend
+from interlock.models.backends import make_backend
+from interlock.models.openai_backend import MAX_REPLY_BYTES, OPENAI_URL_ENV, OpenAIBackend
 from interlock.rollout.engine import RolloutLimits, run_episodes
 from interlock.rollout.runs import plan_episodes, run_rollouts
 from interlock.testing.loopback_server import (

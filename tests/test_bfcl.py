@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 import sys
-import typing
 
 import pytest
 
 from interlock.core import schemas
 from interlock.core.backend import ChatRequest, Completion
 from interlock.core.chat import ToolCall, render_turn
-from interlock.core.config import EvalConfig
 from interlock.core.errors import InterlockError
 from interlock.core.io import read_rows
+from interlock.core.registry import BENCHMARKS
 from interlock.evaluation import bfcl
 from interlock.evaluation.benchmarks import RunSettings
 from interlock.evaluation.bfcl import (
@@ -222,9 +221,9 @@ def test_the_long_context_state_is_the_one_bfcl_grades() -> None:
     assert not _cached_instances()
 
 
-def test_every_bfcl_pool_is_an_allowed_eval_pool() -> None:
-    (pools,) = typing.get_args(EvalConfig.model_fields["pools"].annotation)
-    assert set(CATEGORIES) <= set(typing.get_args(pools))
+def test_every_bfcl_pool_is_a_registered_benchmark() -> None:
+    assert set(CATEGORIES) <= set(BENCHMARKS.names())
+    assert all(BENCHMARKS.get(pool) is bfcl.build for pool in CATEGORIES)
     with pytest.raises(InterlockError, match="no BFCL category for pool 'benchmark'"):
         BfclMultiTurn("benchmark")
 

@@ -1,12 +1,14 @@
-"""The operating-system boundary model-written checks run behind (issue 14, item 6).
+"""The operating-system boundaries model-written checks run behind (issue 14, item 6; issue 26).
 
-A script tries every route out we could think of, three ways: behind the boundary and the audit
-hook (as the judge runs it), behind the boundary alone (the hook off: the boundary holds by
-itself), and behind the boundary alone through a user namespace (the way an unprivileged caller
-takes, exercised even when the tests run as root). Each route fails, with an error rather than
-a bug in the test's script, and a canary file outside the workspace stays unchanged and unread.
-Then the set-up's record, and a machine without the boundary: model-written checks refuse to
-run, with the reason; they never run with less.
+One escape suite for every sandbox provider (:mod:`interlock.judging.sandboxes`): a script tries
+every route out we could think of behind each provider's boundary, with the seccomp filter and
+the audit hook (as the judge runs it) and behind the boundary alone (both off: the boundary
+holds by itself); for ``namespaces`` also through a user namespace (the way an unprivileged
+caller takes, exercised even when the tests run as root). Each route fails, with an error rather
+than a bug in the test's script, and a canary file outside the workspace stays unchanged and
+unread. A provider this machine cannot build is skipped, with the probe's reason in the skip
+(``pytest -rs`` lists them). Then the set-up's record, and a machine without any boundary:
+model-written checks refuse to run, with the reason; they never run with less.
 """
 
 from __future__ import annotations
@@ -42,9 +44,12 @@ READ_ONLY_MOUNTS = sandbox.read_only_mounts()
 
 TIGHT = Limits(cpu_seconds=2, wall_seconds=5, memory_mb=256, file_mb=1, output_chars=6000)
 FILES = {"out/decisions.csv": "case_id,outcome\nC-1,approved\n", "cases.csv": "id,amount\nC-1,420\n"}
-#: (audit hook, user namespace) for each way a script is run
-LAYERS = {"boundary and hook": (True, None), "boundary alone": (False, None),
-          "user namespace alone": (False, True)}
+#: (provider, audit hook and seccomp, user namespace) for each way a script is run
+LAYERINGS = {"boundary, seccomp and hook": (True, None), "boundary alone": (False, None),
+             "user namespace alone": (False, True)}
+LAYERS = {f"{provider}: {name}": (provider, *layering) for provider in boundary.PROVIDERS
+          for name, layering in LAYERINGS.items()
+          if provider == boundary.NAMESPACES or name != "user namespace alone"}
 #: what a script raises when it is wrong rather than refused: a broken test, not a route that failed
 BUGS = ("NameError", "SyntaxError", "TypeError", "AttributeError", "ImportError", "ModuleNotFoundError",
         "IndentationError")
@@ -119,11 +124,18 @@ def _user_namespace_mode() -> Mode:
     return sandbox.probe_boundary()  # called with USER_NAMESPACE set to True
 
 
+def provider_of(layers: str) -> str:
+    return LAYERS[layers][0]
+
+
 @pytest.fixture(params=list(LAYERS))
 def layers(request, monkeypatch, workspace: Path) -> str:
-    require_boundary(workspace)
-    hook, userns = LAYERS[request.param]
+    provider, hook, userns = LAYERS[request.param]
+    mode = sandbox.boundary_mode(provider)
+    if not mode.available:
+        pytest.skip(f"sandbox provider {provider} is not available here: {mode.detail}")
     monkeypatch.setattr(sandbox, "AUDIT_HOOK", hook)
+    monkeypatch.setattr(sandbox, "SECCOMP", hook)
     monkeypatch.setattr(sandbox, "USER_NAMESPACE", userns)
     if userns and not _user_namespace_mode().available:
         pytest.skip(f"no user namespace for scripts here: {_user_namespace_mode().detail}")
@@ -233,7 +245,7 @@ def _assert_untouched(result: ScriptResult, outside: Outside) -> None:
 
 @pytest.mark.parametrize("route", ROUTE_NAMES)
 def test_every_route_out_fails(route: str, layers: str, outside: Outside, workspace: Path) -> None:
-    result = run_script(_routes(outside)[route], workspace, TIGHT)
+    result = run_script(_routes(outside)[route], workspace, TIGHT, provider=provider_of(layers))
     try:
         assert not result.passed, f"{route} ({layers}) got out:\n{result.output}"
         assert result.reason == "exit status 1", result.reason  # it ran, and an error stopped it
@@ -244,10 +256,29 @@ def test_every_route_out_fails(route: str, layers: str, outside: Outside, worksp
             escaped.unlink(missing_ok=True)
 
 
+FORK_BOMB = ("import os, time\nfor _ in range(200):\n    if os.fork() == 0:\n        time.sleep(30)\n"
+             "        os._exit(0)\n")
+
+
+def test_a_fork_bomb_runs_out_of_forks(layers: str, workspace: Path) -> None:
+    """As the judge runs scripts, the seccomp filter allows no new process; behind the boundary
+    alone, the process-count limit stops the bomb, except for root behind a provider's user
+    namespace (root's uid outside it is exempt from RLIMIT_NPROC: docs/judging.md)."""
+    provider, hook, userns = LAYERS[layers]
+    if not hook and os.geteuid() == 0 and (provider != boundary.NAMESPACES or userns):
+        pytest.skip(f"{layers}: started by root, the script keeps root's uid outside its user namespace, "
+                    "which RLIMIT_NPROC exempts; only the seccomp filter stops a fork bomb there")
+    result = run_script(FORK_BOMB, workspace, TIGHT, provider=provider)
+    assert not result.passed and result.reason == "exit status 1", (result.reason, result.output)
+    expected = "PermissionError" if hook else "BlockingIOError"
+    assert result.output.strip().splitlines()[-1].startswith(expected), result.output
+
+
 def test_writing_through_a_planted_hard_link_changes_only_the_copy(layers: str, outside: Outside,
                                                                   workspace: Path) -> None:
     os.link(outside.canary, workspace / "hard")  # the copy holds its content, but not the file
-    result = run_script("open('hard', 'w').write('changed')\nprint(open('hard').read())", workspace, TIGHT)
+    result = run_script("open('hard', 'w').write('changed')\nprint(open('hard').read())", workspace, TIGHT,
+                        provider=provider_of(layers))
     assert result.passed and "changed" in result.output
     assert outside.canary.read_text() == outside.secret
     (workspace / "hard").unlink()
@@ -273,15 +304,21 @@ print("top:", top)
 
 
 def test_a_check_runs_behind_each_layering(layers: str, workspace: Path) -> None:
-    hook, userns = LAYERS[layers]
+    provider, hook, userns = LAYERS[layers]
     code = _INSIDE + ("" if hook else _LOOK_AROUND % str(REPO))
-    result = run_script(code, workspace, TIGHT)
+    result = run_script(code, workspace, TIGHT, provider=provider)
     assert result.passed, result.output
-    expected = ("namespaces (user, mount, pid, net, ipc, uts)" if userns or os.geteuid() != 0
-                else "namespaces (mount, pid, net, ipc, uts)")
-    assert result.isolation[0] == expected
-    assert {"netns", "pivot-root", "no-capabilities", "no-new-privs", "rlimits"} <= set(result.isolation)
+    if provider == boundary.NAMESPACES:
+        expected = ("namespaces (user, mount, pid, net, ipc, uts)" if userns or os.geteuid() != 0
+                    else "namespaces (mount, pid, net, ipc, uts)")
+        assert result.isolation[0] == expected
+        assert {"netns", "pivot-root"} <= set(result.isolation)
+    else:
+        assert result.isolation[0] == f"{provider} (its own namespaces and root)"
+    assert {"no-capabilities", "no-new-privs", "rlimits", "minimal-env"} <= set(result.isolation)
+    assert ("uid 65534 (user namespace)" if userns else "uid 65534") in result.isolation
     assert ("audit-hook" in result.isolation) == hook
+    assert any(layer.startswith("seccomp (") for layer in result.isolation) == hook
     assert not (workspace / "note.txt").exists()  # its copy changed, not the workspace
 
 
@@ -297,7 +334,7 @@ def test_an_environment_under_tmp_shows_inside_the_scripts_tmp(layers: str, monk
             f"open('/tmp/scratch.txt', 'w').write('ok')\n"
             f"try:\n    open({str(library / 'new.txt')!r}, 'w')\nexcept OSError:\n    pass\n"
             f"else:\n    raise SystemExit('the environment is writable')\n")
-    result = run_script(code, workspace, TIGHT)
+    result = run_script(code, workspace, TIGHT, provider=provider_of(layers))
     assert result.passed, (result.reason, result.output)
     assert not (library / "new.txt").exists()
 
@@ -336,11 +373,16 @@ def _script_process(deadline: float) -> int:
 
 
 def test_the_script_is_an_unprivileged_process_in_namespaces_of_its_own(workspace: Path) -> None:
-    require_boundary(workspace)
+    """Seen from outside, the ``namespaces`` provider's script: the real ``nobody`` (even when the
+    judge is root), no capabilities, PID 2 of namespaces of its own."""
+    mode = sandbox.boundary_mode(boundary.NAMESPACES)
+    if not mode.available:
+        pytest.skip(f"sandbox provider namespaces is not available here: {mode.detail}")
     results: list[ScriptResult] = []
     code = "open('made.txt', 'w').write('x')\nimport time\ntime.sleep(4)\n"
     slow = Limits(wall_seconds=20)
-    thread = threading.Thread(target=lambda: results.append(run_script(code, workspace, slow)))
+    thread = threading.Thread(target=lambda: results.append(
+        run_script(code, workspace, slow, provider=boundary.NAMESPACES)))
     thread.start()
     try:
         pid = _script_process(time.monotonic() + 10)
@@ -362,43 +404,66 @@ def test_the_script_is_an_unprivileged_process_in_namespaces_of_its_own(workspac
 
 # ----------------------------------------------------------------------------- the recorded mode
 
-def test_the_set_up_recorded_what_this_machine_allows(workspace: Path) -> None:
-    """``make venv`` probed and recorded; the record is what a probe finds now, and what scripts
-    run under."""
-    record = boundary.recorded()
-    assert record is not None, f"no record at {boundary.RECORD}: run `make venv` (or " \
+@pytest.mark.parametrize("provider", boundary.PROVIDERS)
+def test_the_set_up_recorded_what_this_machine_allows(provider: str, workspace: Path) -> None:
+    """``make venv`` probed every provider and recorded each answer; the record is what a probe
+    finds now, and what scripts run under."""
+    record = boundary.recorded(provider)
+    assert record is not None, f"no record of {provider} at {boundary.RECORD}: run `make venv` (or " \
                                "`python -m interlock.judging.sandbox`)"
-    fresh = sandbox.probe_boundary()
+    fresh = sandbox.probe_boundary(provider)
     assert (record.name, record.detail) == (fresh.name, fresh.detail)
-    assert sandbox.boundary_mode() == record
+    assert sandbox.boundary_mode(provider) == record
     if record.available:
-        as_root = os.geteuid() == 0
-        assert ("user" in record.detail) != as_root and "uid 65534" in record.detail
-        assert run_script("pass", workspace, TIGHT).isolation[0].startswith("namespaces")
+        assert record.name == provider and "uid 65534" in record.detail
+        if provider == boundary.NAMESPACES:
+            assert ("user" in record.detail) != (os.geteuid() == 0)
+        assert run_script("pass", workspace, TIGHT, provider=provider).isolation[0].startswith(provider)
     else:
+        assert record.detail.startswith(f"{provider}: ")
+        refused = run_script("print('it ran')", workspace, TIGHT, provider=provider)
+        assert not refused.passed and record.detail in refused.reason and "it ran" not in refused.output
+
+
+def test_auto_takes_the_first_available_provider_in_order(workspace: Path) -> None:
+    modes = [sandbox.boundary_mode(provider) for provider in boundary.preference()]
+    chosen = sandbox.boundary_mode()
+    if any(mode.available for mode in modes):
+        assert chosen == next(mode for mode in modes if mode.available)
+        assert run_script("pass", workspace, TIGHT).isolation[0].startswith(chosen.name)
+    else:
+        assert chosen.detail == "; ".join(mode.detail for mode in modes)
         require_boundary(workspace)  # asserts the refusal
+    assert boundary.preference()[0] == (boundary.NAMESPACES if os.geteuid() == 0 else "bubblewrap")
 
 
 def test_a_record_counts_only_for_its_own_kernel_and_user(tmp_path: Path) -> None:
     path = tmp_path / "record.json"
-    boundary.write(Mode(boundary.UNAVAILABLE, "recorded by the test"), path)
-    assert boundary.recorded(path) == Mode(boundary.UNAVAILABLE, "recorded by the test")
-    other = json.loads(path.read_text()) | {"kernel": "another-kernel"}
-    path.write_text(json.dumps(other))
-    assert boundary.recorded(path) is None
+    boundary.write("bubblewrap", Mode(boundary.UNAVAILABLE, "recorded by the test"), path)
+    boundary.write(boundary.NAMESPACES, Mode(boundary.NAMESPACES, "beside it"), path)
+    assert boundary.recorded("bubblewrap", path) == Mode(boundary.UNAVAILABLE, "recorded by the test")
+    assert boundary.recorded(boundary.NAMESPACES, path) == Mode(boundary.NAMESPACES, "beside it")
+    assert boundary.recorded("docker", path) is None
+    record = json.loads(path.read_text())
+    record["bubblewrap"]["kernel"] = "another-kernel"
+    path.write_text(json.dumps(record))
+    assert boundary.recorded("bubblewrap", path) is None
     path.write_text("not json")
-    assert boundary.recorded(path) is None
+    assert boundary.recorded(boundary.NAMESPACES, path) is None
 
 
 def test_without_a_boundary_model_written_checks_refuse(monkeypatch, tmp_path: Path, workspace: Path) -> None:
-    """Recorded unavailable: every script is refused with the reason, none runs (not even one that
-    would pass), and the judge's review tool reports the refusal instead of crashing."""
+    """Every provider recorded unavailable: every script is refused with the reasons, none runs
+    (not even one that would pass), and the judge's review tool reports the refusal instead of
+    crashing."""
     record = tmp_path / "record.json"
-    boundary.write(Mode(boundary.UNAVAILABLE, "forced off by the test"), record)
+    for provider in boundary.PROVIDERS:
+        boundary.write(provider, Mode(boundary.UNAVAILABLE, f"{provider}: forced off by the test"), record)
     monkeypatch.setattr(boundary, "RECORD", record)
     sandbox.boundary_mode.cache_clear()
     try:
-        assert sandbox.boundary_mode().detail == "forced off by the test"
+        reasons = "; ".join(f"{provider}: forced off by the test" for provider in boundary.preference())
+        assert sandbox.boundary_mode().detail == reasons
         result = run_script("print('it ran')", workspace, TIGHT)
         review = InspectionEnvironment("criterion", workspace, TIGHT, "rollout", "C1").execute(
             ToolCall("run_check_script", {"code": "pass"}))
@@ -406,7 +471,7 @@ def test_without_a_boundary_model_written_checks_refuse(monkeypatch, tmp_path: P
         sandbox.boundary_mode.cache_clear()
     assert not result.passed and result.isolation == () and "it ran" not in result.output
     assert result.reason == ("refused: model-written checks run only behind an operating-system "
-                             "boundary, and this machine has none (forced off by the test)")
+                             f"boundary, and this machine has none ({reasons})")
     assert review.ok and review.output.startswith("FAILED (refused: ")
     assert "forced off by the test" in review.output
 
@@ -423,9 +488,11 @@ def test_where_the_kernel_refuses_the_probe_says_why_and_scripts_do_not_run(work
     """Inside a user namespace allowed no nested ones, the boundary cannot be built: the probe
     answers unavailable with the kernel's reason, and a script run anyway (the record says the
     boundary exists) is refused by the child, unrun."""
-    probe = ("import json, sys\nfrom interlock.judging import sandbox\n"
-             "mode = sandbox.probe_boundary()\n"
-             "result = sandbox.run_bounded(\"print('it ran')\", sys.argv[1])\n"
+    probe = ("import json, sys\nfrom interlock.core.registry import SANDBOXES\n"
+             "from interlock.judging import sandbox\n"
+             "mode = sandbox.probe_boundary('namespaces')\n"
+             "result = SANDBOXES.get('namespaces')().run(\"print('it ran')\", sys.argv[1],\n"
+             "                                            sandbox.DEFAULT_LIMITS, None)\n"
              "print(json.dumps([mode.name, mode.detail, result.passed, result.reason, result.output]))\n")
     command = ["unshare", "--user", "--map-root-user", "sh", "-c",
                'echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" -c "$1" "$2"',

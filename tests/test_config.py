@@ -107,7 +107,7 @@ def test_a_breadth_is_valid_only_where_the_scale_has_that_many_training_domains(
 
 def test_judge_options_are_the_expected_ones() -> None:
     assert _options("judge") == JUDGE_OPTIONS
-    assert compose_config()["judge"] == {"name": "agent"}
+    assert compose_config()["judge"] == {"name": "agent", "graders": ["agent", "text"]}
 
 
 @pytest.mark.parametrize("option", JUDGE_OPTIONS)
@@ -121,12 +121,22 @@ def test_judge_option_composes(option: str) -> None:
 
 
 def test_only_accept_depends_on_the_judge_choice() -> None:
-    """Both judges always grade the whole pool; switching `judge` re-runs only `accept`."""
+    """The graders always grade the whole pool; switching `judge` re-runs only `accept`."""
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
-    readers = {name for name, stage in stages.items()
-               if any(str(p).split(".")[0] == "judge" for p in stage.get("params", []))}
-    assert readers == {"accept"}
-    assert "judge" in stages and "accept" in stages
+    readers = {key: {name for name, stage in stages.items() if key in map(str, stage.get("params", []))}
+               for key in ("judge", "judge.name", "judge.graders")}
+    assert readers == {"judge": {"accept"}, "judge.name": set(), "judge.graders": {"judge"}}
+    assert {compose_config([f"judge={option}"])["judge"]["graders"] == ["agent", "text"]
+            for option in JUDGE_OPTIONS} == {True}
+
+
+@pytest.mark.parametrize(("judge", "reason"), [
+    ({"name": "nope", "graders": ["agent", "text", "nope"]}, "no judge named 'nope' .*agent, text"),
+    ({"name": "text", "graders": ["agent"]}, "must be among judge.graders"),
+    ({"name": "text", "graders": ["text"]}, "must include the agent judge")])
+def test_a_judge_choice_is_checked_against_the_registered_judges(judge: dict, reason: str) -> None:
+    with pytest.raises(ValueError, match=reason):
+        Params.model_validate({**compose_config(), "judge": judge})
 
 
 def test_backbone_options_are_the_expected_ones() -> None:
@@ -279,7 +289,7 @@ def test_bfcl_is_an_opt_in_pool_and_the_readme_command_turns_it_on(tmp_path: Pat
     params = load_params(tmp_path / "params.yaml")
     assert params.eval.pools == ["benchmark", "bfcl"] and params.scale.evaluation.bfcl_tasks == 4
     refused = compose_config(["eval.pools=[benchmark,nope]"])
-    with pytest.raises(ValueError, match="bfcl"):
+    with pytest.raises(ValueError, match=r"no benchmark named 'nope' \(known: benchmark, bfcl, "):
         Params.model_validate(refused)
 
 

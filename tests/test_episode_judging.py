@@ -23,6 +23,7 @@ from interlock.core.chat import Message, ToolCall, render_turn
 from interlock.core.io import loads, read_rows, write_row_groups
 from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
+from interlock.judging.judges import JudgeContext
 from interlock.judging.stage import run_accept, run_judge
 from interlock.judging.verdicts import REPLAY_FAILED, accepted
 from interlock.rollout.engine import (
@@ -136,7 +137,7 @@ def test_accept_writes_the_replayed_episode_whichever_judge_accepted_it(tasks, c
     write_packs(packs_dir, [pack for *_, pack in tasks])
     with write_row_groups(table, schemas.TRAJECTORIES) as writer:
         writer.write([t.to_row() for t in forged])
-    run_judge(table, [packs_dir], judged, workers=1, progress=False)
+    run_judge(table, [packs_dir], judged, context=JudgeContext(workers=1), progress=False)
     agent = run_accept(table, judged, [packs_dir], out, judge="agent")[0]
     assert agent["accepted"] == 0
     text = run_accept(table, judged, [packs_dir], out, judge="text")[0]

@@ -25,7 +25,8 @@ from interlock.core.errors import InterlockError
 from interlock.core.io import iter_row_groups, read_rows, write_row_groups, write_table_set
 from interlock.core.paths import Paths
 from interlock.export import atif
-from interlock.judging.stage import JUDGES, accepted_rollouts, mandatory_criteria, run_judge
+from interlock.judging.judges import JudgeContext
+from interlock.judging.stage import GRADERS, accepted_rollouts, mandatory_criteria, run_judge
 from interlock.rollout.runs import scripted_rollouts
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.tasks import TaskContext
@@ -97,7 +98,8 @@ def judged_run(tasks, tmp_path_factory) -> tuple[Paths, list[Trajectory], Path]:
         half = len(rollouts) // 2
         for group in (rollouts[:half], rollouts[half:]):
             writer.write([t.to_row() for t in group])
-    run_judge(paths.trajectories, [paths.packs], paths.judgements, workers=1, progress=False)
+    run_judge(paths.trajectories, [paths.packs], paths.judgements, context=JudgeContext(workers=1),
+              progress=False)
     out = tmp_path_factory.mktemp("atif")
     assert main(["--data", str(root), "export", "trajectories", "--format", "atif", "-o", str(out)]) == 0
     return paths, rollouts, out
@@ -170,7 +172,7 @@ def test_documents_carry_both_judges_verdicts_and_acceptance(judged_run):
     paths, rollouts, out = judged_run
     found = documents(out)
     mandatory = mandatory_criteria([paths.packs])
-    for judge in JUDGES:
+    for judge in GRADERS:
         table = paths.judgements / f"{judge}.parquet"
         accepted = accepted_rollouts(table, mandatory, judge)
         rows: dict[str, list[dict]] = {}
@@ -185,7 +187,7 @@ def test_documents_carry_both_judges_verdicts_and_acceptance(judged_run):
                  "passed": r["passed"], "evidence": r["evidence"]} for r in rows[trajectory.rollout_id]]
     by_policy: dict[tuple[str, str], set[bool]] = {}
     for extra in (d["extra"]["interlock"] for d in found.values()):
-        for judge in JUDGES:
+        for judge in GRADERS:
             by_policy.setdefault((extra["policy"], judge), set()).add(extra["judges"][judge]["accepted"])
     assert by_policy["oracle", "agent"] == {True} and by_policy["claim_only", "agent"] == {False}
     assert True in by_policy["claim_only", "text"]  # the credulous text judge believes the claim
@@ -208,10 +210,10 @@ def test_a_tool_message_that_answers_nothing_is_refused_with_where():
 def test_verdicts_of_other_rollouts_are_refused(judged_run, tmp_path):
     paths, _, _ = judged_run
     judgements = tmp_path / "judge"
-    with write_table_set(judgements, schemas.JUDGE_TABLES) as tables:
+    with write_table_set(judgements, schemas.judge_tables(GRADERS)) as tables:
         for group in zip(*(iter_row_groups(paths.judgements / f"{name}.parquet", schema)
-                           for name, schema in schemas.JUDGE_TABLES.items()), strict=True):
-            tables.write(dict(zip(schemas.JUDGE_TABLES, group, strict=True)))
+                           for name, schema in schemas.judge_tables(GRADERS).items()), strict=True):
+            tables.write(dict(zip(schemas.judge_tables(GRADERS), group, strict=True)))
             break  # one row group of two
     with pytest.raises(InterlockError, match="2 row groups of trajectories but 1 of verdicts"):
         list(atif.iter_judged(paths.trajectories, judgements, [paths.packs]))

@@ -22,6 +22,7 @@ from interlock.core import schemas
 from interlock.core.config import SynthesisConfig, load_params, write_params
 from interlock.core.io import read_rows, write_row_groups, write_table
 from interlock.core.paths import Paths
+from interlock.judging.judges import JudgeContext
 from interlock.judging.stage import run_accept, run_judge
 from interlock.recursive.stage import run_grow
 from interlock.rollout.runs import scripted_rollouts
@@ -122,7 +123,8 @@ def test_the_accept_stage_uses_the_configured_judge(project: Path, tasks, judge:
     if not paths.judgements.exists():
         _stage(project, "judge")
     _paths(project, [f"judge={judge}"])
-    assert yaml.safe_load((project / "params.yaml").read_text())["judge"] == {"name": judge}
+    assert yaml.safe_load((project / "params.yaml").read_text())["judge"] == {"name": judge,
+                                                                          "graders": ["agent", "text"]}
     out = _stage(project, "accept")
     accepted = read_rows(paths.accepted_table, schemas.TRAJECTORIES)
     assert {r["policy"] for r in accepted} == policies
@@ -140,7 +142,8 @@ def test_the_accept_stage_uses_the_configured_judge(project: Path, tasks, judge:
 def test_nothing_accepted_is_said_plainly(tasks, tmp_path: Path) -> None:
     paths = _paths(tmp_path, [])
     trajectories = _write_pool(paths, tasks, ("claim_only", "noisy"))
-    run_judge(paths.trajectories, [paths.packs], paths.judgements, workers=1, progress=False)
+    run_judge(paths.trajectories, [paths.packs], paths.judgements, context=JudgeContext(workers=1),
+              progress=False)
     out = paths.accepted_table
     metrics, plot = run_accept(paths.trajectories, paths.judgements, [paths.packs], out, judge="agent")
     assert metrics["nothing_accepted"] and metrics["accepted"] == 0
@@ -154,7 +157,8 @@ def test_nothing_accepted_is_said_plainly(tasks, tmp_path: Path) -> None:
 def test_a_missing_verdict_is_not_an_accept(tasks, tmp_path: Path) -> None:
     paths = _paths(tmp_path, [])
     _write_pool(paths, tasks, ("oracle",))
-    run_judge(paths.trajectories, [paths.packs], paths.judgements, workers=1, progress=False)
+    run_judge(paths.trajectories, [paths.packs], paths.judgements, context=JudgeContext(workers=1),
+              progress=False)
     verdicts = read_rows(paths.judgements / "agent.parquet", schemas.VERDICTS)
     write_table(paths.judgements / "agent.parquet", verdicts[1:], schemas.VERDICTS)  # one verdict dropped
     metrics, _ = run_accept(paths.trajectories, paths.judgements, [paths.packs], paths.accepted_table,

@@ -46,15 +46,40 @@ def imports_of(path: Path) -> frozenset[str]:
     return frozenset(m for m in modules if module_path(m) is not None)
 
 
+@cache
+def registries() -> dict[str, str]:
+    """Each registry of ``interlock.core.registry``: its variable -> the package its providers live in."""
+    tree = ast.parse((PACKAGE / "core" / "registry.py").read_text(encoding="utf-8"))
+    return {node.targets[0].id if isinstance(node, ast.Assign) else node.target.id: node.value.args[1].value
+            for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+            and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "Registry"}
+
+
+@cache
+def providers_of(path: Path) -> frozenset[str]:
+    """The modules a file may import by name through a registry (``BACKENDS.get(...)``): every module
+    of the registry's package that registers a provider. (Not an import statement, so not part of
+    the cycle check: a provider imports its registry, which loads it on demand.)"""
+    text = path.read_text(encoding="utf-8")
+    found: set[str] = set()
+    for variable, package in registries().items():
+        if f"{variable}.get(" in text:
+            modules = SRC.joinpath(*package.split(".")).glob("*.py")
+            found.update(module_name(module) for module in modules
+                         if f"{variable}.register(" in module.read_text(encoding="utf-8"))
+    return frozenset(found)
+
+
 def closure(start: Path) -> set[str]:
-    """Every ``interlock`` module ``start`` (a stage script, a module) imports, directly or not."""
+    """Every ``interlock`` module ``start`` (a stage script, a module) imports, directly or not,
+    the providers its registries may load included."""
     seen: set[str] = set()
     todo = list(imports_of(start))
     while todo:
         module = todo.pop()
         if module not in seen:
             seen.add(module)
-            todo += imports_of(module_path(module))
+            todo += imports_of(module_path(module)) | providers_of(module_path(module))
     return seen
 
 

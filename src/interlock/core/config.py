@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from interlock.core.errors import InterlockError
 from interlock.core.paths import Paths
+from interlock.core.registry import BACKENDS, BENCHMARKS, JUDGES, SANDBOXES
 from interlock.core.types import POOLS, TaskSize
 
 
@@ -98,10 +99,43 @@ class DomainsConfig(_Strict):
 
 
 class JudgeConfig(_Strict):
-    """Whose verdicts ``accept`` uses. Both judges always grade the whole rollout pool, so this
-    choice re-runs nothing before ``accept``."""
+    """Whose verdicts ``accept`` uses (``name``), and who grades the whole rollout pool in the
+    ``judge`` stage (``graders``: the agent judge, the ground truth, always among them). Options
+    that differ only in ``name`` re-run nothing before ``accept``. Names are judges registered in
+    ``interlock.judging`` (:data:`~interlock.core.registry.JUDGES`)."""
 
-    name: Literal["agent", "text"]
+    name: str
+    graders: list[str] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        return JUDGES.check(name)
+
+    @field_validator("graders")
+    @classmethod
+    def _all_registered(cls, graders: list[str]) -> list[str]:
+        return [JUDGES.check(name) for name in graders]
+
+    @model_validator(mode="after")
+    def _graded_by_it(self) -> JudgeConfig:
+        if self.name not in self.graders:
+            raise ValueError(f"judge {self.name!r} must be among judge.graders ({', '.join(self.graders)})")
+        if "agent" not in self.graders:
+            raise ValueError("judge.graders must include the agent judge (the ground truth)")
+        return self
+
+
+class SandboxConfig(_Strict):
+    """Where model-written checks run: a provider registered in ``interlock.judging.sandboxes``
+    (:data:`~interlock.core.registry.SANDBOXES`), or ``auto``: the first this machine can build."""
+
+    provider: str
+
+    @field_validator("provider")
+    @classmethod
+    def _registered(cls, provider: str) -> str:
+        return provider if provider == "auto" else SANDBOXES.check(provider)
 
 
 class GenerationConfig(_Strict):
@@ -128,7 +162,7 @@ class BackboneConfig(_Strict):
 
     name: str
     source: Literal["tiny", "gguf_wheel", "pretrained"]
-    backend: Literal["transformers", "llamacpp", "openai", "vllm"]
+    backend: str  # a backend registered in interlock.models (interlock.core.registry.BACKENDS)
     dtype: Literal["float32", "bfloat16", "float16"]
     gguf: Literal["F32", "Q8_0"] = "Q8_0"  # llamacpp: which of the checkpoint's GGUF files it serves
     max_context: int = Field(ge=16)
@@ -139,6 +173,11 @@ class BackboneConfig(_Strict):
     model: str | None = None  # pretrained: a hub id or a local path
     architecture: dict[str, int | float] | None = None  # tiny: model shape and tokenizer vocabulary
     server: ServerConfig = ServerConfig()  # openai: the servers and the client's limits
+
+    @field_validator("backend")
+    @classmethod
+    def _registered(cls, backend: str) -> str:
+        return BACKENDS.check(backend)
 
     @model_validator(mode="after")
     def _source_fields(self) -> BackboneConfig:
@@ -203,13 +242,18 @@ class EvalConfig(_Strict):
 
     name: str
     models: list[str] = Field(min_length=1)
-    #: built-in pools of admitted tasks (``benchmark``: held-out; ``dev``) and external benchmarks
-    #: (BFCL v4's multi-turn categories, one pool each: ``bfcl`` is multi_turn_base; sized by
+    #: benchmarks registered in interlock.evaluation (:data:`~interlock.core.registry.BENCHMARKS`):
+    #: the built-in pools of admitted tasks (``benchmark``: held-out; ``dev``) and BFCL v4's
+    #: multi-turn categories, one pool each (``bfcl`` is multi_turn_base; sized by
     #: ``scale.evaluation.bfcl_tasks``)
-    pools: list[Literal["dev", "benchmark", "bfcl", "bfcl_miss_param", "bfcl_miss_func",
-                        "bfcl_long_context"]] = Field(min_length=1)
+    pools: list[str] = Field(min_length=1)
     bootstrap: int = Field(ge=100)
     confidence: float = Field(gt=0, lt=1)
+
+    @field_validator("pools")
+    @classmethod
+    def _registered(cls, pools: list[str]) -> list[str]:
+        return [BENCHMARKS.check(pool) for pool in pools]
 
 
 class ShiftFilterConfig(_Strict):
@@ -283,6 +327,7 @@ class Params(BaseModel):
     domains: DomainsConfig
     backbone: BackboneConfig
     judge: JudgeConfig
+    sandbox: SandboxConfig
     train: TrainConfig
     eval: EvalConfig
     tracking: TrackingConfig

@@ -4,6 +4,8 @@ Nested content (case rows, rules, check specs) is canonical JSON in a string col
 schemas stay fixed while kinds evolve.
 """
 
+from collections.abc import Sequence
+
 import pyarrow as pa
 
 s, i32, i64, b, f64 = pa.string(), pa.int32(), pa.int64(), pa.bool_(), pa.float64()
@@ -135,7 +137,12 @@ ROLLOUT_TIMINGS = pa.schema([("rollout_id", s), ("seconds", f64)])
 COLLATERAL = pa.schema([("rollout_id", s), ("task_id", s), ("file", s), ("record", s), ("reason", s)])
 #: the ``judge`` stage's folder: both judges' verdicts over the same rollout pool, aligned by
 #: row group with the trajectories, and the agent judge's collateral flags
-JUDGE_TABLES = {"agent": VERDICTS, "text": VERDICTS, "collateral": COLLATERAL}
+
+
+def judge_tables(graders: Sequence[str]) -> dict[str, pa.Schema]:
+    """The ``judge`` stage's tables: one of verdicts per grader, and the truth's collateral."""
+    return {**dict.fromkeys(graders, VERDICTS), "collateral": COLLATERAL}
+
 
 #: a checkpoint's manifest (``manifest.parquet`` beside the weights): one row, no timings
 MODEL_MANIFEST = pa.schema([

@@ -28,10 +28,9 @@ intervals, plots). The contract:
 
 **Adding an external benchmark** (AutomationBench, JobBench and Harvey LAB are not available
 offline; BFCL v4 multi-turn is in :mod:`interlock.evaluation.bfcl`, a pool per category): write a
-class with these methods under ``interlock.evaluation`` and let the stage build it for its name
-(:func:`interlock.evaluation.stage.benchmarks_for`; ``eval.pools`` then needs the new name among its
-allowed values in :class:`interlock.core.config.EvalConfig`, and a size, if it has one, goes in
-``scale.evaluation``).
+class with these methods in a module under ``interlock.evaluation`` and register a factory for
+its pool name there (:data:`BENCHMARKS`, ``(name, params, paths) -> Benchmark``); ``eval.pools``
+then takes the name (docs/authoring.md).
 
 - *AutomationBench-style* (a business workflow with an end-state check): ``tasks()`` from its task
   files; ``rollout`` turns each starting state into a workspace and a request and runs them
@@ -73,15 +72,17 @@ from pathlib import Path
 from typing import Protocol
 
 from interlock.core.backend import ChatBackend
+from interlock.core.config import Params
 from interlock.core.errors import InterlockError
 from interlock.core.io import batched, dumps
 from interlock.core.paths import Paths
+from interlock.core.registry import BENCHMARKS
 from interlock.evaluation.metrics import EpisodeResult, grade_episode
 from interlock.rollout.engine import EpisodeLimits, RolloutLimits
 from interlock.rollout.runs import plan_episodes, run_rollouts
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.catalog import Catalog
-from interlock.synthesis.tasks import TaskContext, admitted_tasks
+from interlock.synthesis.tasks import TaskContext, admitted_tasks, load_domains
 
 #: the built-in pools, and the split their domains must come from
 BUILTIN_POOLS = {"dev": "train", "benchmark": "heldout"}
@@ -126,6 +127,11 @@ class Benchmark(Protocol):
 
     def close(self) -> None:
         """Release what grading held."""
+
+
+class BenchmarkFactory(Protocol):
+    def __call__(self, name: str, params: Params, paths: Paths) -> Benchmark:
+        """The benchmark an ``eval.pools`` entry names, for this run's parameters and artifacts."""
 
 
 class AdmittedPool:
@@ -205,3 +211,11 @@ class AdmittedPool:
         if self._own_judge is not None:
             self._own_judge.close()
             self._own_judge = self._judge = None
+
+
+@BENCHMARKS.register("dev")
+@BENCHMARKS.register("benchmark")
+def admitted_pool(name: str, params: Params, paths: Paths) -> AdmittedPool:
+    """The admitted tasks of a built-in pool, played under the run's episode rules."""
+    return AdmittedPool.from_paths(paths, load_domains(paths.domains), name,
+                                   episode=EpisodeLimits.of(params.scale.rollouts))

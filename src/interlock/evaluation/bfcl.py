@@ -58,8 +58,11 @@ from types import SimpleNamespace
 
 from interlock.core.backend import ChatBackend
 from interlock.core.chat import Message, ToolCall, ToolResult
+from interlock.core.config import Params
 from interlock.core.errors import InterlockError
 from interlock.core.io import dumps
+from interlock.core.paths import Paths
+from interlock.core.registry import BENCHMARKS
 from interlock.evaluation.benchmarks import RunSettings, rollout_id
 from interlock.evaluation.metrics import EpisodeResult
 from interlock.rollout.engine import Episode, EpisodeLimits
@@ -414,3 +417,12 @@ def _check(task: BfclTask, turns: list[list[list[str]]], truth: list[list[str]])
     finally:
         _forget(name)
 
+
+@BENCHMARKS.register("bfcl")
+@BENCHMARKS.register("bfcl_miss_param")
+@BENCHMARKS.register("bfcl_miss_func")
+@BENCHMARKS.register("bfcl_long_context")
+def build(name: str, params: Params, paths: Paths) -> BfclMultiTurn:
+    """One pool per BFCL multi-turn category (:data:`CATEGORIES`), the first
+    ``scale.evaluation.bfcl_tasks`` of it."""
+    return BfclMultiTurn(name, limit=params.scale.evaluation.bfcl_tasks)

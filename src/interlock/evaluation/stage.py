@@ -18,23 +18,18 @@ from __future__ import annotations
 from interlock.core.config import Params
 from interlock.core.io import write_json, write_tsv
 from interlock.core.paths import Paths
+from interlock.core.registry import BENCHMARKS
 from interlock.core.tracking import StageReport
-from interlock.evaluation.benchmarks import AdmittedPool, Benchmark, RunSettings
-from interlock.evaluation.bfcl import CATEGORIES, BfclMultiTurn
+from interlock.evaluation.benchmarks import Benchmark, RunSettings
 from interlock.evaluation.metrics import headline
 from interlock.evaluation.run import checkpoint_models, run_evaluation
-from interlock.rollout.engine import EpisodeLimits, RolloutLimits
-from interlock.synthesis.tasks import load_domains
+from interlock.rollout.engine import RolloutLimits
 
 
 def benchmarks_for(params: Params, paths: Paths) -> list[Benchmark]:
-    """One benchmark per name in ``eval.pools``, in that order: BFCL's adapter for a BFCL pool (one
-    per multi-turn category, :data:`~interlock.evaluation.bfcl.CATEGORIES`), else the admitted
-    tasks of the built-in pool of that name."""
-    catalog = load_domains(paths.domains)
-    rules = EpisodeLimits.of(params.scale.rollouts)
-    return [BfclMultiTurn(pool, limit=params.scale.evaluation.bfcl_tasks) if pool in CATEGORIES
-            else AdmittedPool.from_paths(paths, catalog, pool, episode=rules) for pool in params.eval.pools]
+    """One benchmark per name in ``eval.pools``, in that order, each built by what registered its
+    name (:data:`~interlock.core.registry.BENCHMARKS`)."""
+    return [BENCHMARKS.get(pool)(pool, params, paths) for pool in params.eval.pools]
 
 
 def evaluate(params: Params, paths: Paths) -> StageReport:

@@ -29,7 +29,7 @@ from interlock.core.chat import Message
 from interlock.core.errors import InterlockError
 from interlock.core.io import atomic_output, iter_aligned, open_table
 from interlock.core.paths import Paths
-from interlock.judging.stage import JUDGES, accepted_rollouts, iter_trajectories, mandatory_criteria
+from interlock.judging.stage import GRADERS, accepted_rollouts, iter_trajectories, mandatory_criteria
 from interlock.rollout.engine import TOOLS
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.tasks import pack_folders
@@ -119,16 +119,16 @@ def iter_judged(trajectories: Path, judgements: Path, packs_dirs: Sequence[Path]
     tables aligned with the trajectories'); a rollout a judge left unjudged is refused."""
     mandatory = mandatory_criteria(packs_dirs)
     accepted = {judge: accepted_rollouts(judgements / f"{judge}.parquet", mandatory, judge)
-                for judge in JUDGES}
+                for judge in GRADERS}
     groups = open_table(trajectories, schemas.TRAJECTORIES).num_row_groups
     judged_groups = open_table(judgements / "agent.parquet", schemas.VERDICTS).num_row_groups
     if groups != judged_groups:
         raise InterlockError(f"{groups} row groups of trajectories but {judged_groups} of verdicts: the "
                              "judge ran on other rollouts; run `dvc repro judge`", file=str(judgements))
-    judged = iter_aligned(judgements, schemas.JUDGE_TABLES)
+    judged = iter_aligned(judgements, schemas.judge_tables(GRADERS))
     for rollouts, tables in zip(iter_trajectories(trajectories), judged, strict=True):
         verdicts: dict[tuple[str, str], list[dict]] = {}
-        for judge in JUDGES:
+        for judge in GRADERS:
             for row in tables[judge]:
                 verdicts.setdefault((row["rollout_id"], judge), []).append(row)
         collateral: dict[str, list[dict]] = {}
@@ -141,12 +141,12 @@ def iter_judged(trajectories: Path, judgements: Path, packs_dirs: Sequence[Path]
             raise InterlockError("verdicts on a rollout this row group of trajectories does not hold",
                                  file=str(judgements), item=stray[0])
         for t in rollouts:
-            missing = [judge for judge in JUDGES if (t.rollout_id, judge) not in verdicts]
+            missing = [judge for judge in GRADERS if (t.rollout_id, judge) not in verdicts]
             if missing:
                 raise InterlockError(f"no {missing[0]} verdicts on this rollout", file=str(judgements),
                                      item=t.rollout_id)
-            yield JudgedRollout(t, {judge: verdicts[t.rollout_id, judge] for judge in JUDGES},
-                                {judge: t.rollout_id in accepted[judge] for judge in JUDGES},
+            yield JudgedRollout(t, {judge: verdicts[t.rollout_id, judge] for judge in GRADERS},
+                                {judge: t.rollout_id in accepted[judge] for judge in GRADERS},
                                 frozenset(mandatory.get(t.task_id, ())), collateral.get(t.rollout_id, []),
                                 str(trajectories))
 

@@ -119,9 +119,13 @@ def write_message(stream, message: dict) -> None:
 
 # ----------------------------------------------------------------------------- isolation
 
-def limit(cpu_seconds: float, memory_mb: int, file_mb: int) -> None:
-    """Resource limits on this process (and anything it could start)."""
+def limit(cpu_seconds: float, memory_mb: int, file_mb: int, processes: int = 0) -> None:
+    """Resource limits on this process (and anything it could start): ``processes`` caps how many
+    processes its user may have (RLIMIT_NPROC), so a fork bomb behind a boundary without the audit
+    hook runs out of forks, not of the machine."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if processes > 0:
+        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
     if memory_mb > 0:
         resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     if file_mb > 0:
@@ -208,6 +212,118 @@ class Kernel:
                    self.ctypes.c_ulong(0), self.ctypes.c_ulong(0), self.ctypes.c_ulong(0))
 
 
+#: system calls a check never needs and an escape often does, refused with EPERM by the seccomp
+#: filter (by name: libseccomp resolves each for this machine). ``clone3`` answers ENOSYS, so the C
+#: library falls back to ``clone``, whose flags the filter can read: a new thread is allowed, a
+#: new process or namespace is not (a check never starts one, and a fork bomb then has nothing to
+#: fork with, even where the process-count limit does not hold: root's uid outside bubblewrap's
+#: user namespace is exempt from RLIMIT_NPROC).
+SECCOMP_REFUSED = ("ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root",
+                   "chroot", "unshare", "setns", "keyctl", "add_key", "request_key", "bpf",
+                   "perf_event_open", "userfaultfd", "kexec_load", "kexec_file_load", "init_module",
+                   "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct", "quotactl",
+                   "open_by_handle_at", "name_to_handle_at", "syslog", "iopl", "ioperm", "mknod",
+                   "mknodat", "fsopen", "fsmount", "move_mount", "open_tree", "io_uring_setup",
+                   "fork", "vfork")
+CLONE_THREAD = 0x00010000
+_SCMP_ACT_ALLOW, _SCMP_ACT_ERRNO, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 0x00050000, 7
+_CLONE_NAMESPACES = (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID
+                     | CLONE_NEWNET | 0x02000000 | 0x00000080)  # + CLONE_NEWCGROUP, CLONE_NEWTIME
+
+
+def install_seccomp() -> str:
+    """A seccomp filter (through the machine's libseccomp) that refuses :data:`SECCOMP_REFUSED`, and
+    ``clone`` with any namespace flag or without ``CLONE_THREAD``, for this process and all it
+    starts (``no_new_privs`` must be set). Returns the layer's name, or why there is none (no
+    libseccomp here)."""
+    import ctypes
+    import ctypes.util
+    import errno
+
+    name = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
+    try:
+        lib = ctypes.CDLL(name, use_errno=True)
+    except OSError as exc:
+        return f"no-seccomp (libseccomp not found: {exc})"
+
+    class ArgCmp(ctypes.Structure):
+        _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
+                    ("datum_b", ctypes.c_uint64)]
+
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
+                                           ctypes.POINTER(ArgCmp)]
+    lib.seccomp_load.argtypes = [ctypes.c_void_p]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    context = lib.seccomp_init(_SCMP_ACT_ALLOW)
+    if not context:
+        raise OSError("seccomp_init failed")
+    try:
+        refused = 0
+        for syscall in (*SECCOMP_REFUSED, "clone3"):
+            number = lib.seccomp_syscall_resolve_name(syscall.encode())
+            if number < 0:  # not a system call on this machine
+                continue
+            action = _SCMP_ACT_ERRNO | (errno.ENOSYS if syscall == "clone3" else errno.EPERM)
+            if lib.seccomp_rule_add_array(context, action, number, 0, None) != 0:
+                raise OSError(f"seccomp: cannot refuse {syscall}")
+            refused += 1
+        clone = lib.seccomp_syscall_resolve_name(b"clone")
+        # a rule per flag: "masked equal" matches one bit pattern, and any namespace bit must refuse
+        for bit in (1 << i for i in range(64) if _CLONE_NAMESPACES >> i & 1):
+            flags = ArgCmp(0, _SCMP_CMP_MASKED_EQ, bit, bit)
+            if lib.seccomp_rule_add_array(context, _SCMP_ACT_ERRNO | errno.EPERM, clone, 1,
+                                          ctypes.byref(flags)) != 0:
+                raise OSError("seccomp: cannot filter clone's flags")
+        process = ArgCmp(0, _SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0)  # a clone that is not a thread
+        if lib.seccomp_rule_add_array(context, _SCMP_ACT_ERRNO | errno.EPERM, clone, 1,
+                                      ctypes.byref(process)) != 0:
+            raise OSError("seccomp: cannot filter clone's flags")
+        if lib.seccomp_load(context) != 0:
+            raise OSError(f"seccomp_load failed: {os.strerror(ctypes.get_errno())}")
+    finally:
+        lib.seccomp_release(context)
+    return f"seccomp ({refused + 1} calls filtered; no new processes)"
+
+
+def pack_tree(folder: str) -> list[list]:
+    """A workspace as data, for a boundary built by someone else (a container, bubblewrap): each
+    entry ``[path, kind, payload]``, kind ``d`` (folder), ``f`` (file; payload its bytes as
+    latin-1 text) or ``l`` (symbolic link; payload its target, never followed)."""
+    entries: list[list] = []
+    for parent, dirs, names in os.walk(folder):
+        dirs.sort()
+        for name in sorted(dirs + names):
+            path = os.path.join(parent, name)
+            relative = os.path.relpath(path, folder)
+            if os.path.islink(path):
+                entries.append([relative, "l", os.readlink(path)])
+            elif os.path.isdir(path):
+                entries.append([relative, "d", ""])
+            elif os.path.isfile(path):
+                with open(path, "rb") as handle:
+                    entries.append([relative, "f", handle.read().decode("latin-1")])
+    return entries
+
+
+def unpack_tree(entries: list[list], folder: str) -> None:
+    """Lay :func:`pack_tree`'s entries down under ``folder`` (each path stays inside it)."""
+    root = os.path.realpath(folder)
+    for relative, kind, payload in entries:
+        path = os.path.normpath(os.path.join(root, relative))
+        if not path.startswith(root + os.sep):
+            raise OSError(f"a workspace entry outside the workspace: {relative!r}")
+        if kind == "d":
+            os.makedirs(path, exist_ok=True)
+        elif kind == "l":
+            os.symlink(payload, path)
+        else:
+            with open(path, "wb") as handle:
+                handle.write(payload.encode("latin-1"))
+
+
 def _maps(uid: int) -> bool:
     """Whether ``uid`` exists in this process's user namespace."""
     with open("/proc/self/uid_map") as handle:
@@ -218,7 +334,7 @@ def _maps(uid: int) -> bool:
     return False
 
 
-def _tree_bytes(folder: str) -> int:
+def tree_bytes(folder: str) -> int:
     """What a copy of ``folder`` takes on a memory file system: whole pages per entry."""
     total = 0
     for parent, dirs, names in os.walk(folder):
@@ -267,7 +383,7 @@ def enter_boundary(kernel: Kernel, job: dict) -> tuple[bool, list[str]]:
     scratch = job["scratch_mb"] << 20
     os.mkdir(root + WORKSPACE)
     kernel.mount("tmpfs", root + WORKSPACE, "tmpfs", MS_NOSUID | MS_NODEV,
-                 f"mode=0755,size={_tree_bytes(job['source']) + scratch}{owner}")
+                 f"mode=0755,size={tree_bytes(job['source']) + scratch}{owner}")
     shutil.copytree(job["source"], root + WORKSPACE, symlinks=True, dirs_exist_ok=True)
     if not userns:
         for parent, dirs, names in os.walk(root + WORKSPACE):
@@ -379,7 +495,7 @@ def install_hook(write_roots: list[str], read_roots: list[str] | None,
 
 
 def _options(argv: list[str]) -> dict[str, float]:
-    values = {"cpu": 0.0, "memory-mb": 0.0, "file-mb": 0.0, "netns": 1.0}
+    values = {"cpu": 0.0, "memory-mb": 0.0, "file-mb": 0.0, "processes": 0.0, "netns": 1.0}
     for flag, value in zip(argv[::2], argv[1::2], strict=False):
         values[flag.removeprefix("--")] = float(value)
     return values
@@ -431,15 +547,27 @@ def script(options: dict[str, float]) -> None:
         raise SystemExit(2)
     try:
         kernel = Kernel()
-        userns, layers = enter_boundary(kernel, job)
+        if job.get("boundary") == "provided":  # a container or bubblewrap built it: check, fill it
+            userns, layers = False, provided_boundary(job)
+        else:
+            userns, layers = enter_boundary(kernel, job)
     except Exception as exc:  # noqa: BLE001 - any failure means: refuse, never run unconfined
         sys.stdout.write(json.dumps({"refused": f"{type(exc).__name__}: {exc}"}) + "\n")
         sys.stdout.flush()
         os._exit(REFUSED)
-    fork_in_namespace()
-    limit(options["cpu"], int(options["memory-mb"]), int(options["file-mb"]))
-    layers += become_nobody(kernel, userns)
-    layers += ["rlimits", "minimal-env"]
+    if job.get("boundary") != "provided":  # a provider's own init already stands at PID 1
+        fork_in_namespace()
+    limit(options["cpu"], int(options["memory-mb"]), int(options["file-mb"]), int(options["processes"]))
+    layers += ["rlimits"]
+    if job.get("boundary") == "provided":
+        kernel.drop_capabilities()
+        kernel.no_new_privs()
+        layers += [f"uid {os.geteuid()}", "no-capabilities", "no-new-privs"]
+    else:
+        layers += become_nobody(kernel, userns)
+    if job.get("seccomp", True):
+        layers.append(install_seccomp())
+    layers.append("minimal-env")
     os.environ.update(HOME=TMP, TMPDIR=TMP)
     sys.dont_write_bytecode = True
     if job["audit_hook"]:
@@ -452,6 +580,17 @@ def script(options: dict[str, float]) -> None:
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     del job, kernel
     exec(code, namespace)  # noqa: S102 - this is the sandbox
+
+
+def provided_boundary(job: dict) -> list[str]:
+    """Inside a boundary a provider built (its own namespaces, ``nobody``, an empty writable
+    ``/workspace``): refuse unless it is so, then lay the workspace down."""
+    if os.geteuid() != NOBODY:
+        raise OSError(f"the provider left the script running as uid {os.geteuid()}, not {NOBODY}")
+    if os.getcwd() != WORKSPACE or os.listdir(WORKSPACE):
+        raise OSError(f"the provider did not start the script in an empty {WORKSPACE}")
+    unpack_tree(job["workspace"], WORKSPACE)
+    return [f"{job['provider']} (its own namespaces and root)"]
 
 
 def main() -> None:

@@ -36,7 +36,9 @@ from interlock.core.backend import ChatBackend
 from interlock.core.chat import ToolCall, ToolResult
 from interlock.core.errors import InterlockError
 from interlock.core.io import dumps
+from interlock.core.registry import JUDGES
 from interlock.judging.inspection import JUDGE_TOOLS, InspectionEnvironment
+from interlock.judging.judges import JudgeContext
 from interlock.judging.sandbox import DEFAULT_LIMITS, CheckJob, Limits, SandboxPool, scratch_base
 from interlock.judging.verdicts import QUOTE, REPLAY_FAILED, Judgement, quote, verdict_row
 from interlock.rollout.engine import (
@@ -182,8 +184,9 @@ class AgentJudge:
                  limits: Limits = DEFAULT_LIMITS, backend: ChatBackend | None = None,
                  scratch: Path | str | None = None, max_turns: int = 4, max_new_tokens: int = 256,
                  diff_chars: int = 3000, observation_chars: int = 2000,
-                 episode: EpisodeLimits = DEFAULT_EPISODE) -> None:
+                 episode: EpisodeLimits = DEFAULT_EPISODE, sandbox: str = "auto") -> None:
         self._own_pool = pool is None
+        self.sandbox = sandbox  # the provider model-written checks run behind (judging.sandboxes)
         self.episode = episode  # the rules the judged episodes were played under
         self.pool = pool or SandboxPool(workers, limits)
         self.backend = backend
@@ -226,6 +229,14 @@ class AgentJudge:
     def flush(self) -> None:
         """Wait until every finished batch's copies are removed."""
         self._trash.join()
+
+    def report(self) -> dict:
+        limits = self.limits
+        return {"sandbox": {"network": self.pool.network, "workers": self.pool.size,
+                            "worker_restarts": self.pool.restarts,
+                            "limits": {"cpu_seconds": limits.cpu_seconds, "wall_seconds": limits.wall_seconds,
+                                       "memory_mb": limits.memory_mb, "file_mb": limits.file_mb}},
+                "backend": getattr(self.backend, "name", "scripted")}
 
     # ------------------------------------------------------------------------- judging
 
@@ -301,7 +312,7 @@ class AgentJudge:
                 asked[key] = index, criterion.criterion_id
                 environment = environments[key] = InspectionEnvironment(
                     self._prompt(p, criterion, outcome.evidence), p.root, self.limits,
-                    p.trajectory.rollout_id, criterion.criterion_id)
+                    p.trajectory.rollout_id, criterion.criterion_id, self.sandbox)
                 episodes.append(Episode(key, TaskContext(p.trajectory.task_id, p.pack), p.pack.domain_id,
                                         p.pack.pool, self.backend.name, attempt=0, seed=0,
                                         open_environment=lambda _episode, _folder, env=environment: env))
@@ -340,3 +351,9 @@ def _diff_line(entry: dict) -> str:
 def _short(value: object, limit: int = 160) -> str:
     text = "(absent)" if value is None else value if isinstance(value, str) else dumps(value)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+@JUDGES.register("agent")
+def build(context: JudgeContext) -> AgentJudge:
+    return AgentJudge(workers=context.workers, limits=context.limits, backend=context.backend,
+                      episode=context.episode, sandbox=context.sandbox).__enter__()

@@ -49,8 +49,9 @@ class InspectionEnvironment:
 
     tools = JUDGE_TOOLS
 
-    def __init__(self, prompt: str, root: Path, limits: Limits, rollout_id: str, criterion_id: str) -> None:
-        self.criterion_id = criterion_id
+    def __init__(self, prompt: str, root: Path, limits: Limits, rollout_id: str, criterion_id: str,
+                 sandbox: str = "auto") -> None:
+        self.criterion_id, self.sandbox = criterion_id, sandbox
         self.form = AnswerForm.of(f"agent-review/{rollout_id}/{criterion_id}", [criterion_id], prompt)
         self.prompt = f"{prompt}\n\n{self.form.instructions()}"
         self.root, self.limits = root, limits
@@ -68,7 +69,7 @@ class InspectionEnvironment:
             code = call.arguments.get("code")
             if not isinstance(code, str):
                 return ToolResult(False, "error: run_check_script needs a string argument 'code'")
-            result = run_script(code, self.root, self.limits)
+            result = run_script(code, self.root, self.limits, provider=self.sandbox)
             verdict = "PASSED" if result.passed else "FAILED"
             return ToolResult(True, f"{verdict} ({result.reason})\n{quote(result.output)}")
         return ToolResult(False, f"error: unknown tool {call.name!r}; tools are "

@@ -36,12 +36,14 @@ import sysconfig
 import tempfile
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from interlock.core.registry import SANDBOXES
 from interlock.judging import boundary
-from interlock.judging._child import REFUSED, TMP, read_message, write_message
+from interlock.judging._child import REFUSED, TMP, pack_tree, read_message, write_message
 
 CHILD = Path(__file__).with_name("_child.py")
 #: workers try a new network namespace first (False: go straight to disabling sockets, as where
@@ -51,6 +53,8 @@ USE_NETNS = True
 #: scripts also run under the audit hook (False: behind the boundary alone; the tests use it to
 #: show that the boundary holds by itself)
 AUDIT_HOOK = True
+#: scripts also run under the seccomp filter (False: the tests show the boundary holds without it)
+SECCOMP = True
 #: a user namespace for scripts: None where the caller is not root (root drops to ``nobody``
 #: without one), True always (the tests use it to exercise, as root, an unprivileged caller's way)
 USER_NAMESPACE: bool | None = None
@@ -70,6 +74,7 @@ class Limits:
     file_mb: int = 16  # largest file the process may write (RLIMIT_FSIZE)
     output_chars: int = 4000  # how much of a script's output comes back
     scratch_mb: int = 64  # what a script may add to its workspace copy, and write to /tmp
+    processes: int = 32  # processes a script's user may have (RLIMIT_NPROC; a container's pids limit)
 
 
 DEFAULT_LIMITS = Limits()
@@ -134,7 +139,7 @@ def _command(mode: str, limits: Limits, cpu: bool) -> list[str]:
     return [os.path.abspath(sys.executable), "-I", str(CHILD), mode,
             "--cpu", str(limits.cpu_seconds if cpu else 0),
             "--memory-mb", str(limits.memory_mb), "--file-mb", str(limits.file_mb),
-            "--netns", "1" if USE_NETNS else "0"]
+            "--processes", str(limits.processes), "--netns", "1" if USE_NETNS else "0"]
 
 
 def _describe_exit(code: int | None, limits: Limits) -> str:
@@ -350,7 +355,7 @@ def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def _python_roots() -> list[str]:
+def python_roots() -> list[str]:
     """What a script's interpreter must be able to read: its own libraries, nothing of the
     project (not the parent's import path, which may hold the repository)."""
     paths = sysconfig.get_paths()
@@ -375,60 +380,91 @@ def read_only_mounts() -> list[str]:
 
 
 def run_script(code: str, workspace_dir: Path | str, limits: Limits = DEFAULT_LIMITS,
-               base: Path | str | None = None) -> ScriptResult:
-    """Run a model-written check in a fresh sandboxed process on a copy of ``workspace_dir``.
+               base: Path | str | None = None, provider: str = "auto") -> ScriptResult:
+    """Run a model-written check in a fresh sandboxed process on a copy of ``workspace_dir``,
+    behind the boundary of ``provider`` (``auto``: the first available of
+    :func:`~interlock.judging.boundary.preference`, as the set-up recorded them).
 
     It passes when it exits with status 0 (fail with ``assert`` or ``sys.exit(1)``). A timeout,
-    crash, or refused operation is a failure with the reason, and so is a machine where the
+    crash, or refused operation is a failure with the reason, and so is a machine where that
     boundary cannot be built (the script is then not run); this function never raises for
     anything the script does."""
-    mode = boundary_mode()
+    mode = boundary_mode(provider)
     if not mode.available:
         return ScriptResult(False, "", f"refused: model-written checks run only behind an "
                                        f"operating-system boundary, and this machine has none "
                                        f"({mode.detail})")
-    return run_bounded(code, workspace_dir, limits, base)
+    return SANDBOXES.get(mode.name)().run(code, workspace_dir, limits, base)
 
 
-def run_bounded(code: str, workspace_dir: Path | str, limits: Limits = DEFAULT_LIMITS,
-                base: Path | str | None = None) -> ScriptResult:
-    """:func:`run_script` without asking whether the boundary can be built (the probe asks by
-    building it): a child that cannot build it refuses to run the code all the same."""
+def run_in_scratch(base: Path | str | None, limits: Limits,
+                   prepare: Callable[[Path], tuple[list[str], dict]], **options) -> ScriptResult:
+    """:func:`run_child` (with ``options``) on the ``(command, job)`` that ``prepare`` makes in a
+    fresh scratch folder (under ``base``), removed afterwards; an operating-system error is a
+    failed result."""
     start = time.perf_counter()
     scratch = Path(tempfile.mkdtemp(prefix="interlock-script-", dir=base))
     try:
-        (scratch / "root").mkdir()
-        job = {"code": code, "source": str(Path(workspace_dir).resolve()), "root": str(scratch / "root"),
-               "mounts": read_only_mounts(), "read_roots": _python_roots(),
-               "scratch_mb": limits.scratch_mb, "audit_hook": AUDIT_HOOK,
-               "user_namespace": USER_NAMESPACE}
-        log_path = scratch / "output.log"  # outside anything the script can see
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                _command("script", limits, cpu=True), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=log, env=minimal_env(None), cwd=scratch, close_fds=True, start_new_session=True)
-            try:
-                report, _ = process.communicate(_framed(job), timeout=limits.wall_seconds)
-                code_ = process.returncode
-            except subprocess.TimeoutExpired:
-                _kill_group(process)
-                report, _ = process.communicate()
-                code_ = None
-        output = _head(log_path, limits.output_chars)
-        seconds = time.perf_counter() - start
-        report_ = _report(report)
-        if code_ == REFUSED and "refused" in report_:
-            return ScriptResult(False, output, f"refused: the sandbox's boundary could not be built "
-                                               f"({report_['refused']})", (), seconds)
-        isolation = tuple(report_.get("isolation", ()))
-        reason = "passed" if code_ == 0 else _describe_exit(code_, limits)
-        if code_ not in (0, None) and "MemoryError" in output:
-            reason = f"out of memory ({limits.memory_mb} MB)"
-        return ScriptResult(code_ == 0, output, reason, isolation, seconds)
+        return run_child(*prepare(scratch), limits, scratch, **options)
     except OSError as exc:
         return ScriptResult(False, "", f"could not run the script: {exc}", (), time.perf_counter() - start)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_child(command: list[str], job: dict, limits: Limits, scratch: Path, *,
+              signals_as_status: bool = False) -> ScriptResult:
+    """Run the sandboxed child (``command`` ends in ``_child.py script ...``) with ``job`` on its
+    stdin, in ``scratch`` (its output log lies there, outside anything the script sees), killed with
+    its whole process group at the wall-clock limit; what happened, as a :class:`ScriptResult`.
+
+    ``signals_as_status``: the command reports a child killed by signal N as exit status 128 + N,
+    as a shell does (a provider's own init); read back as the signal."""
+    start = time.perf_counter()
+    log_path = scratch / "output.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                   env=minimal_env(None), cwd=scratch, close_fds=True, start_new_session=True)
+        try:
+            report, _ = process.communicate(_framed(job), timeout=limits.wall_seconds)
+            code_ = process.returncode
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            report, _ = process.communicate()
+            code_ = None
+    if signals_as_status and code_ is not None and code_ > 128:
+        code_ = 128 - code_
+    output = _head(log_path, limits.output_chars)
+    seconds = time.perf_counter() - start
+    report_ = _report(report)
+    if code_ == REFUSED and "refused" in report_:
+        return ScriptResult(False, output, f"refused: the sandbox's boundary could not be built "
+                                           f"({report_['refused']})", (), seconds)
+    isolation = tuple(report_.get("isolation", ()))
+    if code_ not in (0, None) and not isolation:  # it never reached the code: the provider failed
+        last = output.strip().splitlines()[-1:] or [_describe_exit(code_, limits)]
+        return ScriptResult(False, output, f"refused: the sandbox did not start ({last[0]})", (), seconds)
+    reason = "passed" if code_ == 0 else _describe_exit(code_, limits)
+    if code_ not in (0, None) and "MemoryError" in output:
+        reason = f"out of memory ({limits.memory_mb} MB)"
+    return ScriptResult(code_ == 0, output, reason, isolation, seconds)
+
+
+def provided_job(provider: str, code: str, workspace_dir: Path | str) -> dict:
+    """The child's job where ``provider`` built the boundary: the workspace travels in the job
+    (the script's ``/workspace`` starts empty), the layers the child adds are the usual ones."""
+    return {"code": code, "boundary": "provided", "provider": provider,
+            "workspace": pack_tree(str(workspace_dir)), "read_roots": python_roots(),
+            "audit_hook": AUDIT_HOOK, "seccomp": SECCOMP}
+
+
+def script_command(limits: Limits, interpreter: str | None = None, child: str | None = None) -> list[str]:
+    """The child's command line in script mode (``interpreter`` and ``child`` as the script's
+    boundary shows them, where it differs from here)."""
+    command = _command("script", limits, cpu=True)
+    command[0] = interpreter or command[0]
+    command[2] = child or command[2]
+    return command
 
 
 def _framed(message: dict) -> bytes:
@@ -478,34 +514,47 @@ open("written.txt", "w").write("ok")
 """
 
 
-def probe_boundary() -> boundary.Mode:
-    """Build the boundary for real and run a small script inside it: the mode it allows."""
+def probe_boundary(provider: str = boundary.NAMESPACES) -> boundary.Mode:
+    """Build ``provider``'s boundary for real and run a small script inside it: the mode it allows
+    (``provider``, with how it is built, or ``unavailable`` with why)."""
+    sandbox = SANDBOXES.get(provider)()
+    unusable = sandbox.unusable()
+    if unusable:
+        return boundary.Mode(boundary.UNAVAILABLE, f"{provider}: {unusable}")
     with tempfile.TemporaryDirectory(prefix="interlock-probe-") as folder:
         workspace = Path(folder) / "workspace"
         workspace.mkdir()
         (workspace / "probe.txt").write_text("probe\n")
-        result = run_bounded(_PROBE, workspace)
+        result = sandbox.run(_PROBE, workspace, DEFAULT_LIMITS, None)
     layers = result.isolation
-    if result.passed and layers and layers[0].startswith("namespaces"):
-        spaces = layers[0].removeprefix("namespaces (").removesuffix(")")
-        user = next(layer for layer in layers if layer.startswith("uid"))
-        return boundary.Mode(boundary.NAMESPACES, f"{spaces} namespaces, {user}")
+    if result.passed and layers:
+        return boundary.Mode(provider, ", ".join(layers))
     last = result.output.strip().splitlines()[-1:] or [""]
-    return boundary.Mode(boundary.UNAVAILABLE, f"{result.reason} {last[0]}".strip())
+    return boundary.Mode(boundary.UNAVAILABLE, f"{provider}: {result.reason} {last[0]}".strip())
 
 
 @functools.cache
-def boundary_mode() -> boundary.Mode:
-    """The mode model-written checks run under: the set-up's record, else a probe (once per
-    process)."""
-    return boundary.recorded() or probe_boundary()
+def boundary_mode(provider: str = "auto") -> boundary.Mode:
+    """The mode model-written checks run under with ``provider``: the set-up's record, else a
+    probe (once per process). ``auto``: the first available of the providers in order of
+    preference; if none is, the reasons of all."""
+    if provider != "auto":
+        return boundary.recorded(provider) or probe_boundary(provider)
+    modes = [boundary_mode(name) for name in boundary.preference()]
+    return next((mode for mode in modes if mode.available),
+                boundary.Mode(boundary.UNAVAILABLE, "; ".join(mode.detail for mode in modes)))
 
 
 def main() -> None:
-    """The set-up's step: probe the boundary and record the answer (an unavailable one too)."""
-    mode = probe_boundary()
-    path = boundary.write(mode)
-    print(f"sandbox boundary for model-written checks: {mode.name} ({mode.detail}); recorded in {path}")
+    """The set-up's step: probe every provider's boundary and record the answers (unavailable
+    ones too, with why)."""
+    for provider in boundary.preference():
+        mode = probe_boundary(provider)
+        path = boundary.write(provider, mode)
+        state = "available" if mode.available else "unavailable"
+        print(f"sandbox {provider} for model-written checks: {state} ({mode.detail})")
+    print(f"recorded in {path}; used: {boundary_mode().name} (the first available of "
+          f"{', '.join(boundary.preference())})")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ record, whichever judge accepted it, so nothing recorded but unjudged can reach 
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -21,7 +22,6 @@ from pathlib import Path
 from tqdm import tqdm
 
 from interlock.core import schemas
-from interlock.core.backend import ChatBackend
 from interlock.core.config import Params
 from interlock.core.errors import InterlockError
 from interlock.core.io import (
@@ -34,11 +34,12 @@ from interlock.core.io import (
     write_tsv,
 )
 from interlock.core.paths import Paths
+from interlock.core.registry import JUDGES
 from interlock.core.tracking import StageReport
-from interlock.judging.agent import DEFAULT_EPISODE, AgentJudge
+from interlock.judging.agent import DEFAULT_EPISODE
+from interlock.judging.judges import TRUTH, JudgeContext
 from interlock.judging.metrics import JudgeStats
-from interlock.judging.sandbox import DEFAULT_LIMITS, Limits, scratch_base
-from interlock.judging.text import TextJudge
+from interlock.judging.sandbox import scratch_base
 from interlock.judging.verdicts import Judgement
 from interlock.models.backends import make_backend
 from interlock.rollout.engine import EpisodeLimits, WorkspaceEnvironment, reenacted_trajectory
@@ -46,7 +47,8 @@ from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.packs import TaskPack
 from interlock.synthesis.tasks import iter_packs, pack_folders
 
-JUDGES = ("agent", "text")
+#: who grades the rollout pool unless ``judge.graders`` says otherwise
+GRADERS = ("agent", "text")
 #: the paper's accepted trajectories, for scale
 PAPER_PER_ACCEPTED = {"turns": 27.6, "tool_calls": 42}
 
@@ -85,47 +87,53 @@ def collateral_rows(judgements: list[Judgement]) -> list[dict]:
             for j in judgements for c in j.collateral]
 
 
-def run_judge(trajectories: Path, packs_dirs: Sequence[Path], out: Path, *, workers: int | None = None,
-              limits: Limits = DEFAULT_LIMITS, agent_backend: ChatBackend | None = None,
-              text_backend: ChatBackend | None = None, batch_size: int = 64,
-              episode: EpisodeLimits = DEFAULT_EPISODE, progress: bool = True) -> dict:
-    """Both judges over every rollout (played under ``episode``'s rules); writes
-    ``out/{agent,text,collateral}.parquet``, aligned by row group with the trajectories; returns
-    the metrics (cost, error rates)."""
+def run_judge(trajectories: Path, packs_dirs: Sequence[Path], out: Path, *,
+              graders: Sequence[str] = GRADERS, context: JudgeContext | None = None, batch_size: int = 64,
+              progress: bool = True) -> dict:
+    """Every grader over every rollout (played under ``context.episode``'s rules); writes one
+    verdict table per grader and ``collateral.parquet`` (the truth's) into ``out``, aligned by row
+    group with the trajectories; returns the metrics (cost, error rates against the truth)."""
+    graders = _with_truth(graders)
+    context = context or JudgeContext()
     packs = load_packs(packs_dirs, trajectory_task_ids(trajectories))
     total = count_rows(trajectories, schemas.TRAJECTORIES)
     stats = JudgeStats()
-    text = TextJudge(text_backend)
-    with (AgentJudge(workers=workers, limits=limits, backend=agent_backend, episode=episode) as agent,
-          write_table_set(out, schemas.JUDGE_TABLES) as tables,
-          tqdm(total=total, desc="judge", unit="rollout", mininterval=1.0, dynamic_ncols=True,
-               disable=not progress) as bar):
-        network = agent.pool.network
+    with contextlib.ExitStack() as stack:
+        judges = {}
+        for name in graders:
+            judges[name] = JUDGES.get(name)(context)
+            stack.callback(judges[name].close)
+        tables = stack.enter_context(write_table_set(out, schemas.judge_tables(graders)))
+        bar = stack.enter_context(tqdm(total=total, desc="judge", unit="rollout", mininterval=1.0,
+                                       dynamic_ncols=True, disable=not progress))
         for group in iter_trajectories(trajectories):
-            rows: dict[str, list[dict]] = {name: [] for name in schemas.JUDGE_TABLES}
+            rows: dict[str, list[dict]] = {name: [] for name in schemas.judge_tables(graders)}
             for chunk in batched(group, batch_size):
                 chunk_packs = [packs[t.task_id] for t in chunk]
                 items = list(zip(chunk, chunk_packs, strict=True))
-                start = time.perf_counter()
-                by_agent = agent.judge(items)
-                stats.add_wall("agent", time.perf_counter() - start)
-                start = time.perf_counter()
-                by_text = text.judge(items)
-                stats.add_wall("text", time.perf_counter() - start)
-                stats.add(chunk, chunk_packs, by_agent, {"agent": by_agent, "text": by_text})
-                rows["agent"] += judge_rows(by_agent)
-                rows["text"] += judge_rows(by_text)
-                rows["collateral"] += collateral_rows(by_agent)
+                judged = {}
+                for name, grader in judges.items():
+                    start = time.perf_counter()
+                    judged[name] = grader.judge(items)
+                    stats.add_wall(name, time.perf_counter() - start)
+                stats.add(chunk, chunk_packs, judged[TRUTH], judged)
+                for name in graders:
+                    rows[name] += judge_rows(judged[name])
+                rows["collateral"] += collateral_rows(judged[TRUTH])
                 bar.update(len(chunk))
             tables.write(rows)
-        restarts = agent.pool.restarts
+        reports = {name: grader.report() for name, grader in judges.items()}
     summary = stats.summary()
-    summary["sandbox"] = {"network": network, "workers": agent.pool.size, "worker_restarts": restarts,
-                          "limits": {"cpu_seconds": limits.cpu_seconds, "wall_seconds": limits.wall_seconds,
-                                     "memory_mb": limits.memory_mb, "file_mb": limits.file_mb}}
-    summary["backends"] = {"agent": getattr(agent_backend, "name", "scripted"),
-                           "text": getattr(text_backend, "name", "scripted (credulous)")}
+    summary["sandbox"] = reports[TRUTH].get("sandbox")
+    summary["backends"] = {name: report.get("backend") for name, report in reports.items()}
     return summary
+
+
+def _with_truth(graders: Sequence[str]) -> tuple[str, ...]:
+    if TRUTH not in graders:
+        raise InterlockError(f"the graders must include the {TRUTH!r} judge, whose compiled verdicts are "
+                             f"the ground truth (got {', '.join(graders)})", field="judge.graders")
+    return tuple(dict.fromkeys(graders))
 
 
 # ----------------------------------------------------------------------------- accept
@@ -177,8 +185,9 @@ def run_accept(trajectories: Path, judge_dir: Path, packs_dirs: Sequence[Path], 
     """Write the accepted trajectories (TRAJECTORIES schema; an empty table if none), each as its
     assistant turns make it under ``episode``'s rules; return the metrics and the per-domain rows
     of the acceptance plot."""
-    if judge not in JUDGES:
-        raise InterlockError(f"unknown judge {judge!r}; choose from {', '.join(JUDGES)}", field="judge.name")
+    if not (judge_dir / f"{judge}.parquet").is_file():
+        raise InterlockError(f"no verdicts by the {judge!r} judge: is it among judge.graders?",
+                             file=str(judge_dir), field="judge.name")
     mandatory = mandatory_criteria(packs_dirs)
     accepted = accepted_rollouts(judge_dir / f"{judge}.parquet", mandatory, judge)
     packs = load_packs(packs_dirs, trajectory_task_ids(trajectories))
@@ -233,8 +242,9 @@ def judge(params: Params, paths: Paths) -> StageReport:
     if params.scale.judging.backend == "policy":
         model = make_backend(params.backbone, paths.model(params.scale.rollouts.policy))
     # the rules the rollouts and the review's validation rollouts were both played under
-    options = {"agent_backend": model, "text_backend": model,
-               "episode": EpisodeLimits.of(params.scale.rollouts)}
+    options = {"graders": params.judge.graders,
+               "context": JudgeContext(backend=model, episode=EpisodeLimits.of(params.scale.rollouts),
+                                       sandbox=params.sandbox.provider)}
     folders = pack_folders(paths)
     metrics = {"rollouts": run_judge(paths.trajectories, folders, paths.judgements, **options),
                "calibration": run_judge(paths.validation, folders, paths.calibration, **options)}

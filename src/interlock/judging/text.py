@@ -26,6 +26,8 @@ from collections.abc import Sequence
 
 from interlock.core.backend import ChatBackend, ChatRequest, Completion
 from interlock.core.chat import Message
+from interlock.core.registry import JUDGES
+from interlock.judging.judges import JudgeContext
 from interlock.judging.verdicts import (
     AnswerForm,
     Judgement,
@@ -161,6 +163,12 @@ class TextJudge:
         self.max_new_tokens = max_new_tokens
         self.max_transcript_chars = max_transcript_chars
 
+    def report(self) -> dict:
+        return {"backend": getattr(self.backend, "name", "scripted (credulous)")}
+
+    def close(self) -> None:
+        """Nothing held."""
+
     def judge(self, items: Sequence[tuple[Trajectory, TaskPack]]) -> list[Judgement]:
         if self.backend is None:
             return [self._credulous(t, p) for t, p in items]
@@ -246,3 +254,8 @@ def _read(form: AnswerForm, completion: Completion) -> tuple[dict[str, bool], st
     except Refused as refused:
         return {}, f"{NO_VERDICT} ({refused})"
     return answer.verdicts, f" ({answer.reason})" if answer.reason else ""
+
+
+@JUDGES.register("text")
+def build(context: JudgeContext) -> TextJudge:
+    return TextJudge(context.backend)

@@ -1,42 +1,34 @@
-"""Build the configured model backend for a checkpoint: the one place that maps the backbone config
-to a backend."""
+"""The model backends by name (``backbone.backend``), and the one function that builds the
+configured one for a checkpoint.
+
+A backend registers a factory ``(backbone config, checkpoint folder) -> ChatBackend`` in its own
+module under ``interlock/models/`` (or in a module of yours, named by its dotted path)::
+
+    @BACKENDS.register("mine")
+    def build(backbone: BackboneConfig, checkpoint: Path) -> ChatBackend:
+        return MyBackend(checkpoint, max_context=backbone.max_context)
+
+and a backbone option picks it (``backend: mine``). docs/authoring.md walks through it.
+"""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from typing import Protocol
 
 from interlock.core.backend import ChatBackend
 from interlock.core.config import BackboneConfig
 from interlock.core.errors import InterlockError
+from interlock.core.registry import BACKENDS
 
-#: where the ``openai`` backend finds its servers (e.g. ``vllm serve`` or ``transformers serve``) when
-#: ``backbone.server.base_urls`` is empty: one ``/v1`` address, or several separated by commas
-OPENAI_URL_ENV = "INTERLOCK_OPENAI_BASE_URL"
+
+class BackendFactory(Protocol):
+    def __call__(self, backbone: BackboneConfig, checkpoint: Path) -> ChatBackend: ...
+
+
 
 
 def make_backend(backbone: BackboneConfig, checkpoint: Path) -> ChatBackend:
     if not (checkpoint / "config.json").is_file():
         raise InterlockError("no checkpoint here; run `dvc repro base_model` first", file=str(checkpoint))
-    if backbone.backend == "transformers":
-        from interlock.models.transformers_backend import TransformersBackend
-
-        return TransformersBackend(checkpoint, dtype=backbone.dtype, max_context=backbone.max_context)
-    if backbone.backend == "llamacpp":
-        from interlock.models.llamacpp_backend import LlamaCppBackend
-
-        return LlamaCppBackend(checkpoint, precision=backbone.gguf, max_context=backbone.max_context)
-    if backbone.backend == "openai":
-        from interlock.models.openai_backend import OpenAIBackend
-
-        server = backbone.server
-        urls = server.base_urls or [u for u in os.environ.get(OPENAI_URL_ENV, "").split(",") if u.strip()]
-        if not urls:
-            raise InterlockError(f"set backbone.server.base_urls, or {OPENAI_URL_ENV}, to the servers' "
-                                 f"/v1 addresses (they must serve {checkpoint})",
-                                 field="backbone.server.base_urls")
-        return OpenAIBackend(urls, str(checkpoint), max_in_flight=server.max_in_flight,
-                             max_retries=server.max_retries, timeout_s=server.timeout_s)
-    from interlock.models.vllm_backend import VLLMBackend
-
-    return VLLMBackend(str(checkpoint), dtype=backbone.dtype, max_model_len=backbone.max_context)
+    return BACKENDS.get(backbone.backend)(backbone, checkpoint)

@@ -52,7 +52,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from interlock.core.config import BackboneConfig
 from interlock.core.errors import InterlockError
+from interlock.core.registry import BACKENDS
 from interlock.models.gguf_export import GGUF_FILES
 from interlock.models.local import LocalBackend, Row, common_prefix
 
@@ -341,3 +343,8 @@ class LlamaCppBackend(LocalBackend):
             pointer = self._lib.llama_get_logits_ith(self._ctx, index)
             out[i] = np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
         return torch.from_numpy(out)
+
+
+@BACKENDS.register("llamacpp")
+def build(backbone: BackboneConfig, checkpoint: Path) -> LlamaCppBackend:
+    return LlamaCppBackend(checkpoint, precision=backbone.gguf, max_context=backbone.max_context)

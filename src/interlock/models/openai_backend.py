@@ -36,14 +36,20 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 from interlock.core.backend import ChatRequest, Completion, CompletionEnd, EpisodeTask
 from interlock.core.chat import Message, ToolCall, render_turn, tool_arguments
+from interlock.core.config import BackboneConfig
 from interlock.core.errors import InterlockError
+from interlock.core.registry import BACKENDS
 from interlock.core.seeds import stable_seed
 
 #: an answer larger than this is not a chat completion (a turn of even 32k tokens is far smaller)
 MAX_REPLY_BYTES = 4 * 2**20
+#: where the servers are when ``backbone.server.base_urls`` is empty: one ``/v1`` address (e.g. ``vllm
+#: serve``, ``transformers serve``), or several separated by commas
+OPENAI_URL_ENV = "INTERLOCK_OPENAI_BASE_URL"
 #: token counts a server reports must fit the trajectories' columns
 MAX_TOKENS = 2**31 - 1
 #: the name a constrained reply's schema goes by (OpenAI's ``json_schema.name``)
@@ -311,3 +317,17 @@ def _wire(message: Message) -> dict:
     if message.role == "tool":
         data["tool_call_id"] = message.name or "call"
     return data
+
+
+@BACKENDS.register("openai")
+def build(backbone: BackboneConfig, checkpoint: Path) -> OpenAIBackend:
+    """Served by ``backbone.server.base_urls``, else ``$INTERLOCK_OPENAI_BASE_URL`` (one address or
+    several, comma-separated): servers that must serve ``checkpoint``."""
+    server = backbone.server
+    urls = server.base_urls or [u for u in os.environ.get(OPENAI_URL_ENV, "").split(",") if u.strip()]
+    if not urls:
+        raise InterlockError(f"set backbone.server.base_urls, or {OPENAI_URL_ENV}, to the servers' "
+                             f"/v1 addresses (they must serve {checkpoint})",
+                             field="backbone.server.base_urls")
+    return OpenAIBackend(urls, str(checkpoint), max_in_flight=server.max_in_flight,
+                         max_retries=server.max_retries, timeout_s=server.timeout_s)

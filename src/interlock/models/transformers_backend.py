@@ -49,6 +49,8 @@ from pathlib import Path
 
 import torch
 
+from interlock.core.config import BackboneConfig
+from interlock.core.registry import BACKENDS
 from interlock.models.local import LocalBackend, Row, common_prefix
 
 
@@ -305,3 +307,8 @@ class TransformersBackend(LocalBackend):
         while total > self.cache_bytes and len(self._cache) > 1:
             _, evicted = self._cache.popitem(last=False)
             total -= evicted.nbytes
+
+
+@BACKENDS.register("transformers")
+def build(backbone: BackboneConfig, checkpoint: Path) -> TransformersBackend:
+    return TransformersBackend(checkpoint, dtype=backbone.dtype, max_context=backbone.max_context)

@@ -13,7 +13,11 @@ validates the reply. Written against vLLM's current source, not run here (no GPU
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from interlock.core.backend import ChatRequest, Completion, EpisodeTask
+from interlock.core.config import BackboneConfig
+from interlock.core.registry import BACKENDS
 
 
 class VLLMBackend:
@@ -62,3 +66,8 @@ class VLLMBackend:
             completions[i] = Completion(result.text, len(prompts[i]), len(result.token_ids),
                                         "length" if result.finish_reason == "length" else "stop")
         return completions
+
+
+@BACKENDS.register("vllm")
+def build(backbone: BackboneConfig, checkpoint: Path) -> VLLMBackend:
+    return VLLMBackend(str(checkpoint), dtype=backbone.dtype, max_model_len=backbone.max_context)
