@@ -1,10 +1,11 @@
 """What one model-written check script costs to run in the sandbox, over a bare interpreter start.
 
 Runs a script that does nothing (``pass``) on a small workspace ``--runs`` times through
-:func:`interlock.judging.sandbox.run_script` (as this user runs it, and through a user namespace,
-the way a caller that is not root takes), and as many bare ``python -I -c pass`` starts for
-reference, interleaved so that the machine's load falls on all alike; prints the median and the
-90th percentile of each, and the isolation the scripts ran under. Not a test.
+:func:`interlock.judging.sandbox.run_script` behind every sandbox provider this machine has (the
+``namespaces`` provider also through a user namespace, the way a caller that is not root takes),
+and as many bare ``python -I -c pass`` starts for reference, interleaved so that the machine's
+load falls on all alike; prints the median and the 90th percentile of each, their ratio to the
+bare start, the isolation each ran under, and the providers skipped with why. Not a test.
 
     .venv/bin/python benchmarks/script_overhead.py [--runs 40] [--json PATH]
 """
@@ -20,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from interlock.judging import sandbox
+from interlock.judging import boundary, sandbox
 
 FILES = {"out/decisions.csv": "case_id,outcome\nC-1,approved\n", "cases.csv": "id,amount\nC-1,420\n"}
 
@@ -29,9 +30,9 @@ def bare() -> None:
     subprocess.run([sys.executable, "-I", "-c", "pass"], check=True)
 
 
-def script(workspace: Path, user_namespace: bool | None) -> sandbox.ScriptResult:
+def script(workspace: Path, provider: str, user_namespace: bool | None = None) -> sandbox.ScriptResult:
     sandbox.USER_NAMESPACE = user_namespace
-    result = sandbox.run_script("pass", workspace)
+    result = sandbox.run_script("pass", workspace, provider=provider)
     assert result.passed, result
     return result
 
@@ -46,24 +47,33 @@ def main() -> None:
         for name, text in FILES.items():
             (workspace / name).parent.mkdir(parents=True, exist_ok=True)
             (workspace / name).write_text(text)
-        runs = {"run_script": lambda: script(workspace, None),
-                "run_script, user namespace": lambda: script(workspace, True),
-                "bare interpreter": bare}
-        isolation = script(workspace, None).isolation
+        modes = {provider: sandbox.boundary_mode(provider) for provider in boundary.PROVIDERS}
+        runs = {provider: (lambda p=provider: script(workspace, p))
+                for provider, mode in modes.items() if mode.available}
+        if modes[boundary.NAMESPACES].available:
+            runs["namespaces, user namespace"] = lambda: script(workspace, boundary.NAMESPACES, True)
+        isolation = {name: list(run().isolation) for name, run in runs.items()}
+        runs["bare interpreter"] = bare
         seconds: dict[str, list[float]] = {name: [] for name in runs}
         for _ in range(args.runs):
             for name, run in runs.items():
                 start = time.perf_counter()
                 run()
                 seconds[name].append(time.perf_counter() - start)
-    figures: dict = {"runs": args.runs, "isolation": list(isolation)}
+    figures: dict = {"runs": args.runs, "isolation": isolation,
+                     "skipped": {p: m.detail for p, m in modes.items() if not m.available}}
+    bare_median = 1000 * statistics.median(seconds["bare interpreter"])
     for name, values in seconds.items():
         ordered = sorted(values)
         figures[name] = {"median_ms": 1000 * statistics.median(ordered),
                          "p90_ms": 1000 * ordered[int(0.9 * (len(ordered) - 1))]}
-        median, p90 = figures[name]["median_ms"], figures[name]["p90_ms"]
-        print(f"{name:28s} median {median:6.1f} ms   p90 {p90:6.1f} ms")
-    print("isolation:", ", ".join(isolation))
+        figures[name]["x_bare"] = figures[name]["median_ms"] / bare_median
+        median, p90, ratio = figures[name]["median_ms"], figures[name]["p90_ms"], figures[name]["x_bare"]
+        print(f"{name:28s} median {median:6.1f} ms   p90 {p90:6.1f} ms   {ratio:4.1f}x a bare start")
+    for name, layers in isolation.items():
+        print(f"isolation, {name}: {', '.join(layers)}")
+    for provider, why in figures["skipped"].items():
+        print(f"skipped {provider}: {why}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
 

@@ -300,3 +300,18 @@ def test_the_readme_command_turns_on_every_bfcl_category() -> None:
     override = f"eval.pools=[benchmark,{','.join(CATEGORIES)}]"
     assert f"dvc exp run -S '{override}'" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert Params.model_validate(compose_config([override])).eval.pools == ["benchmark", *CATEGORIES]
+
+
+def _documented_options() -> dict[str, set[str]]:
+    """group -> the options docs/configuration.md's "Config groups" list names for it."""
+    text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    section = text.split("## Config groups", 1)[1].split("\n## ", 1)[0]
+    return {group: set(re.findall(r"`([\w-]+)`", options))
+            for group, options in re.findall(r"^- `(\w+)` \(([^)]*)\)", section, re.M)}
+
+
+def test_the_docs_list_every_option_of_every_group() -> None:
+    """One declaration per option: the files under conf/ are the source; the reference page names
+    each group and exactly its options."""
+    groups = {d.name: {p.stem for p in d.glob("*.yaml")} for d in CONF.iterdir() if d.is_dir()}
+    assert _documented_options() == groups

@@ -237,12 +237,10 @@ def install_seccomp() -> str:
     starts (``no_new_privs`` must be set). Returns the layer's name, or why there is none (no
     libseccomp here)."""
     import ctypes
-    import ctypes.util
     import errno
 
-    name = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
-    try:
-        lib = ctypes.CDLL(name, use_errno=True)
+    try:  # by its soname: ctypes.util.find_library would start ldconfig, which is not in the boundary
+        lib = ctypes.CDLL("libseccomp.so.2", use_errno=True)
     except OSError as exc:
         return f"no-seccomp (libseccomp not found: {exc})"
 
