@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -66,7 +67,7 @@ def main() -> None:
     for name, values in seconds.items():
         ordered = sorted(values)
         figures[name] = {"median_ms": 1000 * statistics.median(ordered),
-                         "p90_ms": 1000 * ordered[int(0.9 * (len(ordered) - 1))]}
+                         "p90_ms": 1000 * ordered[math.ceil(0.9 * (len(ordered) - 1))]}
         figures[name]["x_bare"] = figures[name]["median_ms"] / bare_median
         median, p90, ratio = figures[name]["median_ms"], figures[name]["p90_ms"], figures[name]["x_bare"]
         print(f"{name:28s} median {median:6.1f} ms   p90 {p90:6.1f} ms   {ratio:4.1f}x a bare start")
