@@ -112,7 +112,7 @@ def test_switching_the_synthesis_reaches_only_grow_before_it_runs(smoke_copy) ->
 #: the choices the paper scale makes that the smoke scale does not: who rolls out and validates
 #: (the starting policy, here the base checkpoint), and model-backed judging
 #: rollout-time intervention's critic and corrector as models too (the tiny backbone)
-MODEL_ROLES = ("intervention.critic=policy", "intervention.corrector=policy")
+MODEL_ROLES = ("intervention.critic=model", "intervention.corrector=model")
 PAPER_CHOICES = ("scale.rollouts.policy", "scale.rollouts.solver", "scale.validation.solver",
                  "scale.judging.backend")
 
@@ -149,7 +149,7 @@ def test_every_stage_runs_under_its_declared_params_with_the_paper_choices(paper
     # each choice re-runs the stages that declare it, and each of those ran to the end
     assert {"review", "rollouts", "judge", "train"} <= set(ran)
     params = load_params(root / "params.yaml")
-    assert params.scale.judging.backend == "policy" and params.scale.rollouts.solver == "policy"
+    assert params.scale.judging.backend == "model" and params.scale.rollouts.solver == "policy"
     judged = json.loads(params.paths.under(root).metrics_of("judge").read_text())
     assert judged["rollouts"]["backends"]["agent"] != "scripted"
     rollouts = json.loads(params.paths.under(root).metrics_of("rollouts").read_text())

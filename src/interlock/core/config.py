@@ -56,7 +56,7 @@ class JudgingConfig(_Strict):
     judge believes claims), or the starting policy's model as well (it reads transcripts and, for
     the agent judge, inspects files and writes checks of its own)."""
 
-    backend: Literal["scripted", "policy"]
+    backend: Literal["scripted", "model"]  # model: the starting checkpoint (scale.rollouts.policy)
 
 
 class EvaluationSizeConfig(_Strict):
@@ -271,8 +271,8 @@ class InterventionConfig(_Strict):
     diagnosed, corrected from the intervention point, verified, filtered and reweighted)."""
 
     name: Literal["none", "rti"]
-    critic: Literal["scripted", "policy"]  # who writes the note: a program, or the starting checkpoint
-    corrector: Literal["scripted", "policy"]  # who writes the corrected turns: the oracle, or the checkpoint
+    critic: Literal["scripted", "model"]  # who writes the note: a program, or the starting checkpoint
+    corrector: Literal["scripted", "model"]  # who writes the corrected turns: the oracle, or the checkpoint
     filter: ShiftFilterConfig
     weight_cap: float = Field(gt=0)  # a kept correction's weight: min(cap, exp(reference NLL - its NLL))
     mask: Literal["corrected", "all"]  # loss on the corrected turns only, or on every assistant turn

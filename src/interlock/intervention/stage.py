@@ -252,12 +252,12 @@ def _domain_rows(rollouts: Iterable[Trajectory], rows: list[dict]) -> list[dict]
 def _roles(params: Params, paths: Paths) -> Roles:
     config = params.intervention
     model = None
-    if "policy" in (config.critic, config.corrector):
+    if "model" in (config.critic, config.corrector):
         model = make_backend(params.backbone, paths.model(params.scale.rollouts.policy))
     label = ("rti/scripted" if config.corrector == "scripted"
              else f"rti/{params.backbone.name}/{params.scale.rollouts.policy}")
-    return Roles(model if config.critic == "policy" else None,
-                 model if config.corrector == "policy" else None, label)
+    return Roles(model if config.critic == "model" else None,
+                 model if config.corrector == "model" else None, label)
 
 
 def _accepted_ids(path: Path) -> set[str]:

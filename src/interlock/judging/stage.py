@@ -239,7 +239,7 @@ def judge(params: Params, paths: Paths) -> StageReport:
     rollouts (a pool with a known completion gap, to measure the judges on). The ``judge`` choice is
     not read here: it only decides whose verdicts ``accept`` uses."""
     model = None
-    if params.scale.judging.backend == "policy":
+    if params.scale.judging.backend == "model":
         model = make_backend(params.backbone, paths.model(params.scale.rollouts.policy))
     # the rules the rollouts and the review's validation rollouts were both played under
     options = {"graders": params.judge.graders,

@@ -1,7 +1,7 @@
 """Model-backed judges' cost: the agent judge and the text judge, both backed by a checkpoint,
 on the same policy rollouts, side by side in one run.
 
-``scale.judging.backend=policy`` makes both judges consult the starting policy: the text judge
+``scale.judging.backend=model`` makes both judges consult the starting policy: the text judge
 reads each transcript and answers every criterion in one JSON object; the agent judge runs the
 compiled checks and has the model review each criterion they passed, with read-only tools. This
 prints what that costs (seconds and output tokens per rollout, per judge) and the agent judge's
@@ -14,7 +14,7 @@ compiled checks passed); the text judge's ``no_verdict``, the rollouts on which 
 parseable answer (every criterion then fails). Not a test: the default run judges with the
 scripted backends, which cost no tokens.
 
-    .venv/bin/python benchmarks/model_judge_cost.py [--checkpoint data/models/demo_sft]
+    .venv/bin/python perf/model_judge_cost.py [--checkpoint data/models/demo_sft]
         [--rollouts 16] [--data data] [--params params.yaml] [--json PATH]
 
 The rollouts are the first ``--rollouts`` of ``<data>/rollouts/trajectories.parquet`` (the
