@@ -13,7 +13,6 @@ import os
 import re
 import socket
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -144,12 +143,13 @@ def test_a_script_cannot_write_outside_its_workspace(workspace: Path, tmp_path: 
 
 @pytest.mark.usefixtures("bounded")
 def test_a_script_that_sleeps_or_spins_is_stopped(workspace: Path) -> None:
-    start = time.perf_counter()
     asleep = run_script("import time\ntime.sleep(600)\n", workspace, TIGHT)
-    assert not asleep.passed and "wall-clock" in asleep.reason
+    assert not asleep.passed and asleep.reason == f"wall-clock limit ({TIGHT.wall_seconds:g} s)"
+    assert asleep.seconds < 600  # stopped, not slept out
     spinning = run_script("while True:\n    pass\n", workspace, TIGHT)
-    assert not spinning.passed and ("CPU" in spinning.reason or "wall-clock" in spinning.reason)
-    assert time.perf_counter() - start < 4 * TIGHT.wall_seconds
+    assert not spinning.passed
+    assert spinning.reason in (f"CPU time limit ({TIGHT.cpu_seconds:g} s)",
+                               f"wall-clock limit ({TIGHT.wall_seconds:g} s)")
 
 
 @pytest.mark.usefixtures("bounded")

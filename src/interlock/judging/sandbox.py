@@ -46,6 +46,9 @@ from interlock.judging import boundary
 from interlock.judging._child import REFUSED, TMP, pack_tree, read_message, write_message
 
 CHILD = Path(__file__).with_name("_child.py")
+#: where a provider that builds the boundary itself shows the child inside it (nothing else of the
+#: project shows there)
+CHILD_INSIDE = "/.interlock/child.py"
 #: workers try a new network namespace first (False: go straight to disabling sockets, as where
 #: the kernel refuses; the tests use it to exercise that path). Scripts always get one: it is
 #: part of their boundary.

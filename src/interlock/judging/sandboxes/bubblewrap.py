@@ -19,15 +19,13 @@ from interlock.judging import sandbox
 from interlock.judging._child import DEVICES, NOBODY, TMP, WORKSPACE, tree_bytes
 from interlock.judging.sandbox import (
     CHILD,
+    CHILD_INSIDE,
     Limits,
     ScriptResult,
     provided_job,
     run_in_scratch,
     script_command,
 )
-
-#: where the child's own file shows inside (nothing else of the project does)
-CHILD_INSIDE = "/.interlock/child.py"
 
 
 @SANDBOXES.register("bubblewrap")

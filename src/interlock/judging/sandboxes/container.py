@@ -21,6 +21,7 @@ from interlock.core.registry import SANDBOXES
 from interlock.judging._child import NOBODY, TMP, WORKSPACE, tree_bytes
 from interlock.judging.sandbox import (
     CHILD,
+    CHILD_INSIDE,
     Limits,
     ScriptResult,
     provided_job,
@@ -30,7 +31,6 @@ from interlock.judging.sandbox import (
 
 IMAGE_ENV = "INTERLOCK_SANDBOX_IMAGE"
 DEFAULT_IMAGE = "python:3.11-slim"
-CHILD_INSIDE = "/.interlock/child.py"
 
 
 class Container:
