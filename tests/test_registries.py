@@ -258,3 +258,32 @@ def test_a_registry_finds_providers_by_reading_modules_not_importing_them(tmp_pa
     finally:
         for name in [m for m in sys.modules if m.startswith(("toyproviders", "tests_registry_home"))]:
             del sys.modules[name]
+
+
+def test_a_judge_that_loses_rollouts_or_takes_a_table_name_is_refused(tmp_path: Path, contexts) -> None:
+    """A grader's judgements must line up with the rollouts, one each; and no grader may take the
+    name of the truth's collateral table."""
+    from interlock.core.registry import JUDGES as registry
+
+    @registry.register("tests.judge_that_loses_one")
+    def build(context):
+        class LosesOne:
+            name = "tests.judge_that_loses_one"
+            def judge(self, items): return []  # noqa: E704
+            def report(self): return {}  # noqa: E704
+            def close(self): pass  # noqa: E704
+        return LosesOne()
+
+    packs_dir, table = tmp_path / "packs", tmp_path / "trajectories.parquet"
+    write_packs(packs_dir, [contexts[0].pack])
+    with tempfile.TemporaryDirectory() as workdir:
+        made = scripted_rollouts(contexts[:1], ("oracle",), seed=0, workdir=Path(workdir), skip_effect=1.0,
+                                 ignore_coupling=0.0)
+    with write_row_groups(table, schemas.TRAJECTORIES) as writer:
+        writer.write([t.to_row() for t in made])
+    with pytest.raises(InterlockError, match="gave 0 judgements for 1 rollouts") as error:
+        run_judge(table, [packs_dir], tmp_path / "out", graders=["agent", "tests.judge_that_loses_one"],
+                  context=JudgeContext(workers=1), progress=False)
+    assert error.value.field == "judge.graders"
+    with pytest.raises(InterlockError, match="no grader may be named 'collateral'"):
+        run_judge(table, [packs_dir], tmp_path / "out2", graders=["agent", "collateral"], progress=False)

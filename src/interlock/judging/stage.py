@@ -116,6 +116,10 @@ def run_judge(trajectories: Path, packs_dirs: Sequence[Path], out: Path, *,
                     start = time.perf_counter()
                     judged[name] = grader.judge(items)
                     stats.add_wall(name, time.perf_counter() - start)
+                    if len(judged[name]) != len(items):
+                        raise InterlockError(f"the {name!r} judge gave {len(judged[name])} judgements for "
+                                             f"{len(items)} rollouts", file=str(trajectories),
+                                             field="judge.graders")
                 stats.add(chunk, chunk_packs, judged[TRUTH], judged)
                 for name in graders:
                     rows[name] += judge_rows(judged[name])
@@ -133,6 +137,8 @@ def _with_truth(graders: Sequence[str]) -> tuple[str, ...]:
     if TRUTH not in graders:
         raise InterlockError(f"the graders must include the {TRUTH!r} judge, whose compiled verdicts are "
                              f"the ground truth (got {', '.join(graders)})", field="judge.graders")
+    if "collateral" in graders:  # the name of the truth's collateral table beside the verdicts
+        raise InterlockError("no grader may be named 'collateral'", field="judge.graders")
     return tuple(dict.fromkeys(graders))
 
 
