@@ -38,7 +38,7 @@ from interlock.core.errors import InterlockError
 from interlock.core.io import dumps
 from interlock.core.registry import JUDGES
 from interlock.judging.inspection import JUDGE_TOOLS, InspectionEnvironment
-from interlock.judging.judges import JudgeContext
+from interlock.judging.judges import DEFAULT_EPISODE, JudgeContext
 from interlock.judging.sandbox import DEFAULT_LIMITS, CheckJob, Limits, SandboxPool, scratch_base
 from interlock.judging.verdicts import QUOTE, REPLAY_FAILED, Judgement, quote, verdict_row
 from interlock.rollout.engine import (
@@ -64,8 +64,6 @@ from interlock.synthesis.workspace import (
 )
 
 NAME = "agent"
-#: the rules of an episode judged without being told its run's (the rollout engine's defaults)
-DEFAULT_EPISODE = RolloutLimits().episode
 
 
 # ----------------------------------------------------------------------------- collateral

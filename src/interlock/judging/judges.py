@@ -17,7 +17,7 @@ grader's error rates are measured against (:data:`TRUTH`), so it grades every po
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from interlock.core.backend import ChatBackend
@@ -29,6 +29,8 @@ from interlock.synthesis.packs import TaskPack
 
 #: the grader whose compiled verdicts are the ground truth
 TRUTH = "agent"
+#: the rules judged episodes were played under unless told otherwise: the rollout engine's defaults
+DEFAULT_EPISODE = RolloutLimits().episode
 
 
 class Judge(Protocol):
@@ -55,7 +57,7 @@ class JudgeContext:
     workers: int | None = None
     limits: Limits = DEFAULT_LIMITS
     sandbox: str = "auto"
-    episode: EpisodeLimits = field(default_factory=lambda: RolloutLimits().episode)
+    episode: EpisodeLimits = DEFAULT_EPISODE
 
 
 class JudgeFactory(Protocol):

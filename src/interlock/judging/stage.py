@@ -36,8 +36,7 @@ from interlock.core.io import (
 from interlock.core.paths import Paths
 from interlock.core.registry import JUDGES
 from interlock.core.tracking import StageReport
-from interlock.judging.agent import DEFAULT_EPISODE
-from interlock.judging.judges import TRUTH, JudgeContext
+from interlock.judging.judges import DEFAULT_EPISODE, TRUTH, JudgeContext
 from interlock.judging.metrics import JudgeStats
 from interlock.judging.sandbox import scratch_base
 from interlock.judging.verdicts import Judgement
