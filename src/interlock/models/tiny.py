@@ -63,7 +63,7 @@ def tiny_model(tokenizer, seed: int, max_context: int, architecture: dict | None
     unknown = sorted(set(arch) - set(TINY_ARCHITECTURE))
     if unknown:
         raise InterlockError(f"unknown tiny architecture key(s) {', '.join(unknown)}; known: "
-                             f"{', '.join(TINY_ARCHITECTURE)}", field="backbone.architecture")
+                             f"{', '.join(TINY_ARCHITECTURE)}", field="backbone.weights.architecture")
     config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=max_context,
                          tie_word_embeddings=True, bos_token_id=None,
                          eos_token_id=tokenizer.convert_tokens_to_ids(IM_END),
