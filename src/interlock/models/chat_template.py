@@ -82,3 +82,24 @@ def openai_tools(specs: list[dict] | tuple[dict, ...]) -> list[dict]:
     """Tool specs in OpenAI's form (``{"type": "function", "function": spec}``), whichever form
     they came in (:data:`interlock.synthesis.workspace.TOOL_SPECS` are bare function specs)."""
     return [spec if "function" in spec else {"type": "function", "function": spec} for spec in specs]
+
+
+def prompt_token_ids(tokenizer, request) -> list[int]:
+    """A chat request (:class:`interlock.core.backend.ChatRequest`) rendered with the tokenizer's
+    chat template, generation prompt appended, as a plain list of token ids: what every backend
+    that tokenizes itself feeds its model, so two backends given one request see the same tokens.
+    (Rendered to text first: ``tokenize=True`` returns a ``BatchEncoding`` in transformers 5.)"""
+    text = tokenizer.apply_chat_template(
+        [m.to_dict() for m in request.messages], tools=openai_tools(request.tools) or None,
+        add_generation_prompt=True, tokenize=False)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def stop_token_ids(tokenizer) -> set[int]:
+    """The tokens that end an assistant turn: the end of a message, of the text, the start of
+    another message, and the tokenizer's own end-of-sequence token."""
+    vocab = tokenizer.get_vocab()
+    stops = {vocab[t] for t in (IM_END, END_OF_TEXT, IM_START) if t in vocab}
+    if tokenizer.eos_token_id is not None:
+        stops.add(tokenizer.eos_token_id)
+    return stops

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from interlock.core.backend import ChatRequest, Completion, EpisodeTask
-from interlock.models.chat_template import END_OF_TEXT, IM_END, IM_START, openai_tools
+from interlock.models.chat_template import IM_END, prompt_token_ids, stop_token_ids
 
 
 @dataclass
@@ -67,11 +67,8 @@ class LocalBackend:
     def __init__(self, tokenizer, max_context: int) -> None:
         self.tokenizer = tokenizer
         self.max_context = max_context
-        vocab = tokenizer.get_vocab()
-        self.end_id = vocab[IM_END]
-        self.stop_ids = {vocab[t] for t in (IM_END, END_OF_TEXT, IM_START) if t in vocab}
-        if tokenizer.eos_token_id is not None:
-            self.stop_ids.add(tokenizer.eos_token_id)
+        self.end_id = tokenizer.get_vocab()[IM_END]
+        self.stop_ids = stop_token_ids(tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
         self.stats = BackendStats()
 
@@ -80,10 +77,7 @@ class LocalBackend:
 
     def prompt_ids(self, request: ChatRequest) -> list[int]:
         """The request rendered with the chat template (generation prompt appended), as token ids."""
-        text = self.tokenizer.apply_chat_template(
-            [m.to_dict() for m in request.messages], tools=openai_tools(request.tools) or None,
-            add_generation_prompt=True, tokenize=False)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return prompt_token_ids(self.tokenizer, request)
 
     def complete(self, requests: list[ChatRequest]) -> list[Completion]:
         results: list[Completion | None] = [None] * len(requests)

