@@ -189,7 +189,7 @@ class BackboneConfig(_Strict):
     name: str
     weights: Weights
     backend: str  # a backend registered in interlock.models (interlock.core.registry.BACKENDS)
-    dtype: Literal["float32", "bfloat16", "float16"]
+    dtype: Literal["auto", "float32", "bfloat16", "float16"]  # auto: measured (interlock.models.dtype)
     gguf: Literal["F32", "Q8_0"] = "Q8_0"  # llamacpp: which of the checkpoint's GGUF files it serves
     max_context: int = Field(ge=16)
     generation: GenerationConfig

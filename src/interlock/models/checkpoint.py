@@ -147,7 +147,7 @@ def verify_checkpoint(folder: Path | str) -> list[str]:
 
 def load_checkpoint(folder: Path | str, device: str | None = None, dtype: str = "float32"):
     """``(model, tokenizer)`` from a checkpoint folder: the model in eval mode, fp32 on the CPU
-    unless told otherwise (never bf16 on a CPU: it is ~100x slower there)."""
+    unless told otherwise (whether bf16 pays on a CPU depends on the CPU: interlock.models.dtype)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -51,6 +51,7 @@ import torch
 
 from interlock.core.config import BackboneConfig
 from interlock.core.registry import BACKENDS
+from interlock.models.dtype import resolve_dtype
 from interlock.models.local import LocalBackend, Row, common_prefix
 
 
@@ -311,4 +312,5 @@ class TransformersBackend(LocalBackend):
 
 @BACKENDS.register("transformers")
 def build(backbone: BackboneConfig, checkpoint: Path) -> TransformersBackend:
-    return TransformersBackend(checkpoint, dtype=backbone.dtype, max_context=backbone.max_context)
+    return TransformersBackend(checkpoint, dtype=resolve_dtype(backbone.dtype, "generate", checkpoint),
+                               max_context=backbone.max_context)

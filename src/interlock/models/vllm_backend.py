@@ -33,6 +33,7 @@ from interlock.core.backend import ChatRequest, Completion, EpisodeTask
 from interlock.core.config import BackboneConfig
 from interlock.core.registry import BACKENDS
 from interlock.models.chat_template import prompt_token_ids, stop_token_ids
+from interlock.models.dtype import resolve_dtype
 
 #: GiB of KV cache on a CPU unless $VLLM_CPU_KVCACHE_SPACE says otherwise
 CPU_KV_CACHE_GIB = 2
@@ -91,4 +92,8 @@ class VLLMBackend:
 
 @BACKENDS.register("vllm")
 def build(backbone: BackboneConfig, checkpoint: Path) -> VLLMBackend:
-    return VLLMBackend(str(checkpoint), dtype=backbone.dtype, max_model_len=backbone.max_context)
+    import torch
+
+    dtype = resolve_dtype(backbone.dtype, "generate", checkpoint,
+                          device="cuda" if torch.cuda.is_available() else "cpu")
+    return VLLMBackend(str(checkpoint), dtype=dtype, max_model_len=backbone.max_context)

@@ -1,0 +1,82 @@
+"""``backbone.dtype: auto``: bf16 only where this machine runs it faster, measured once per
+machine and read back after; explicit dtypes pass through; bad input names its file and field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from interlock.core.config import Params, compose_params
+from interlock.core.errors import InterlockError
+from interlock.models.backends import make_backend
+from interlock.models.dtype import DTYPES, MARGIN, cache_file, machine_key, measure, probe, resolve_dtype
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_an_explicit_dtype_is_taken_as_it_is(dtype) -> None:
+    assert resolve_dtype(dtype, "generate") == dtype
+    assert not cache_file().exists()  # nothing measured
+
+
+def test_an_unknown_dtype_names_the_field() -> None:
+    with pytest.raises(InterlockError, match="unknown dtype 'fp8'") as error:
+        resolve_dtype("fp8", "generate")
+    assert error.value.field == "backbone.dtype"
+
+
+@pytest.mark.parametrize("workload", ["generate", "train"])
+def test_the_probe_times_both_and_takes_bf16_only_past_the_margin(workload) -> None:
+    found = measure(workload, 64, 128, budget_s=0.01)
+    assert found.workload == workload and found.float32_s > 0 and found.bfloat16_s > 0
+    assert found.chosen == ("bfloat16" if found.float32_s >= MARGIN * found.bfloat16_s else "float32")
+
+
+def test_the_answer_is_measured_once_per_machine_and_read_back(tiny_checkpoint) -> None:
+    first = resolve_dtype("auto", "generate", tiny_checkpoint)
+    stored = json.loads(cache_file().read_text(encoding="utf-8"))
+    config = json.loads((tiny_checkpoint / "config.json").read_text(encoding="utf-8"))
+    key = f"generate:{machine_key(config['hidden_size'], config['intermediate_size'])}"
+    assert list(stored) == [key] and stored[key]["chosen"] == first
+    # the stored answer is what later calls get: flip it and they follow it, without measuring
+    flipped = "float32" if first == "bfloat16" else "bfloat16"
+    cache_file().write_text(json.dumps({key: {**stored[key], "chosen": flipped}}), encoding="utf-8")
+    assert resolve_dtype("auto", "generate", tiny_checkpoint) == flipped
+    # another workload is its own question
+    resolve_dtype("auto", "train", tiny_checkpoint)
+    assert len(json.loads(cache_file().read_text(encoding="utf-8"))) == 2
+
+
+@pytest.mark.parametrize("content", ["not json {", "[1, 2]", "KEY", "x" * 100_000])
+def test_a_broken_cache_is_measured_again_not_trusted(content) -> None:
+    if content == "KEY":  # this machine's entry, malformed: a dtype no model loads in
+        entry = {"workload": "generate", "float32_s": 1.0, "bfloat16_s": 1.0, "chosen": "int8"}
+        content = json.dumps({f"generate:{machine_key(64, 128)}": entry})
+    cache_file().parent.mkdir(parents=True)
+    cache_file().write_text(content, encoding="utf-8")
+    found = probe("generate", 64, 128)
+    assert found.chosen in ("float32", "bfloat16")
+    stored = json.loads(cache_file().read_text(encoding="utf-8"))
+    assert stored[f"generate:{machine_key(64, 128)}"]["chosen"] == found.chosen
+
+
+def test_a_checkpoint_without_its_sizes_names_the_file(tmp_path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64}), encoding="utf-8")
+    with pytest.raises(InterlockError, match="sizes") as error:
+        resolve_dtype("auto", "generate", tmp_path)
+    assert error.value.file == str(tmp_path / "config.json")
+
+
+def test_auto_reaches_the_model_the_transformers_backend_loads(tiny_checkpoint) -> None:
+    from helpers.repo import REPO
+
+    overrides = ["backbone=tiny", "backbone.dtype=auto"]
+    backbone = Params.model_validate(compose_params(REPO / "conf", overrides)).backbone
+    backend = make_backend(backbone, tiny_checkpoint)
+    chosen = resolve_dtype("auto", "generate", tiny_checkpoint)  # read back from the cache
+    assert str(next(backend.model.parameters()).dtype) == f"torch.{chosen}"
