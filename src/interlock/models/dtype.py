@@ -10,8 +10,9 @@ is bf16 where the device supports it.
 
 The probe takes a second or two and its answer is kept per machine (CPU model and flags, torch
 version and thread count, the shapes) in ``$XDG_CACHE_HOME/interlock/dtype-probe.json``, so
-every stage on one machine resolves ``auto`` the same way; the resolved dtype goes into each
-stage's metrics and fingerprints, so runs that differ in it are told apart.
+every stage on one machine resolves ``auto`` the same way. The transformers and vllm backends
+resolve ``auto`` when they load; the ``train`` workload is for the trainer's autocast, which
+does not read it yet, and stage metrics still record the dtype as configured (issue 27).
 """
 
 from __future__ import annotations
