@@ -320,8 +320,8 @@ def test_a_server_that_answers_byte_by_byte_is_cut_at_the_timeout(tmp_path) -> N
 
 def test_the_config_reaches_the_backend(tmp_path, monkeypatch) -> None:
     (tmp_path / "config.json").write_text("{}")
-    backbone = BackboneConfig(name="tiny", source="tiny", backend="openai", dtype="float32", max_context=64,
-                              generation=GenerationConfig(temperature=0, max_new_tokens=8))
+    backbone = BackboneConfig(name="tiny", weights={"source": "tiny"}, backend="openai", dtype="float32",
+                              max_context=64, generation=GenerationConfig(temperature=0, max_new_tokens=8))
     monkeypatch.delenv(OPENAI_URL_ENV, raising=False)
     with pytest.raises(InterlockError, match="backbone.server.base_urls"):
         make_backend(backbone, tmp_path)

@@ -498,8 +498,9 @@ def test_an_external_adapter_brings_its_own_tasks_episodes_and_grading(contexts,
 
 
 def test_a_missing_checkpoint_names_the_stage_that_makes_it(tmp_path) -> None:
-    backbone = BackboneConfig(name="tiny", source="tiny", backend="transformers", dtype="float32",
-                              max_context=512, generation={"temperature": 0.0, "max_new_tokens": 8})
+    backbone = BackboneConfig(name="tiny", weights={"source": "tiny"}, backend="transformers",
+                              dtype="float32", max_context=512,
+                              generation={"temperature": 0.0, "max_new_tokens": 8})
     (tmp_path / "base").mkdir()
     with pytest.raises(InterlockError) as error:
         checkpoint_models(["base", "demo_sft", "rft"], tmp_path, backbone)

@@ -174,7 +174,8 @@ def test_the_config_selects_it(tiny_checkpoint):
     from interlock.core.config import BackboneConfig
     from interlock.models.backends import make_backend
 
-    backbone = BackboneConfig(name="tiny", source="tiny", backend="llamacpp", gguf="F32", dtype="float32",
-                              max_context=4096, generation={"temperature": 0.0, "max_new_tokens": 8})
+    backbone = BackboneConfig(name="tiny", weights={"source": "tiny"}, backend="llamacpp", gguf="F32",
+                              dtype="float32", max_context=4096,
+                              generation={"temperature": 0.0, "max_new_tokens": 8})
     engine = make_backend(backbone, tiny_checkpoint)
     assert engine.name == "llamacpp" and engine.precision == "F32" and engine.max_context == 4096
