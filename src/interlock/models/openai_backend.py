@@ -44,6 +44,7 @@ from interlock.core.config import BackboneConfig
 from interlock.core.errors import InterlockError
 from interlock.core.registry import BACKENDS
 from interlock.core.seeds import stable_seed
+from interlock.models.chat_template import openai_tools
 
 #: an answer larger than this is not a chat completion (a turn of even 32k tokens is far smaller)
 MAX_REPLY_BYTES = 4 * 2**20
@@ -190,8 +191,8 @@ class OpenAIBackend:
         body = {"model": self.model, "messages": [_wire(m) for m in request.messages],
                 "max_tokens": request.max_new_tokens, "temperature": request.temperature,
                 "seed": request.seed, "stream": False}
-        if request.tools:
-            body["tools"] = list(request.tools)
+        if request.tools:  # OpenAI's form: a server that validates requests (vLLM's) refuses bare specs
+            body["tools"] = openai_tools(request.tools)
         if request.response_format is not None:
             body["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": SCHEMA_NAME, "schema": request.response_format, "strict": True}}
