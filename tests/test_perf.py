@@ -1,4 +1,4 @@
-"""Every script under ``perf/`` runs as a user runs it, at a tiny size, on the smoke run's
+"""Every script under ``benchmarks/`` runs as a user runs it, at a tiny size, on the smoke run's
 artifacts, so a change elsewhere cannot silently break one. No speed target here (the figures are
 measured on the default run, docs/measurements.md): each test checks what the script's figures
 must say whatever the machine."""
@@ -18,17 +18,17 @@ from interlock.rollout.scripted import ADVERSARIES
 
 from helpers.repo import REPO, run
 
-PERF = REPO / "perf"
+BENCHMARKS = REPO / "benchmarks"
 ENDINGS = {"no_tool_call", "max_turns", "context"}
 
 
 def bench(script: str, *args: str, cwd: Path, check: bool = True) -> str:
-    return run([sys.executable, str(PERF / script), *args], cwd, stdout_only=True, check=check)
+    return run([sys.executable, str(BENCHMARKS / script), *args], cwd, stdout_only=True, check=check)
 
 
 def test_every_benchmark_script_is_run_here() -> None:
     here = Path(__file__).read_text(encoding="utf-8")
-    assert all(f'"{p.name}"' in here for p in PERF.glob("*.py"))
+    assert all(f'"{p.name}"' in here for p in BENCHMARKS.glob("*.py"))
 
 
 def test_bfcl_cost_reports_every_checkpoint_it_ran(smoke_repo, tmp_path) -> None:

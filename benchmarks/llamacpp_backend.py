@@ -15,7 +15,7 @@ Two parts, on the checkpoints of a finished default run (``make repro``):
 
 Not a test: it prints tables and the speed ratio, and writes them as JSON with ``--json``.
 
-    .venv/bin/python perf/llamacpp_backend.py [--backends transformers llamacpp:Q8_0 llamacpp:F32]
+    .venv/bin/python benchmarks/llamacpp_backend.py [--backends transformers llamacpp:Q8_0 llamacpp:F32]
         [--fidelity-prompts 24] [--tasks N] [--skip-run] [--params params.yaml] [--json PATH]
 """
 
