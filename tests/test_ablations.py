@@ -145,7 +145,7 @@ def test_collect_writes_the_table_the_comparisons_and_the_pictures(swept, tmp_pa
     out = tmp_path / "report"
     printed = _run([str(BIN / "interlock"), "collect", "--repo", str(swept), "--group", "breadth",
                     "-o", str(out)], swept)
-    assert "benchmark task pass rate, 2 experiments" in printed
+    assert "task pass rate on every evaluated pool, 2 experiments" in printed
     table = pd.read_csv(out / "ablations.tsv", sep="\t")
     frame = ablation_frame(read_experiments(swept, "breadth"))
     assert len(table) == len(frame) and set(table["experiment"]) == set(frame["experiment"])
@@ -199,8 +199,8 @@ def test_the_notebook_shows_the_ablations(swept, venv_kernel, tmp_path, monkeypa
 SEED, RESAMPLES = 7, 300
 
 
-def _results(model: str, passed: list[bool], seed: int | None = None) -> list[dict]:
-    return [{"model": model, "seed": seed, "pool": "benchmark", "rollout_id": f"{model}-{seed}-t{i:02d}",
+def _results(model: str, passed: list[bool], seed: int | None = None, pool: str = "benchmark") -> list[dict]:
+    return [{"model": model, "seed": seed, "pool": pool, "rollout_id": f"{model}-{seed}-t{i:02d}",
              "task_id": f"t{i:02d}", "domain_id": f"d{i % 4}", "attempt": 0, "passed": p,
              "score": 0.5 + 0.5 * p, "criterion_pass_rate": 0.5 + 0.5 * p, "criteria": 4, "primary_passed": p,
              "completion_gap": False, "turns": 4, "tool_calls": 6, "finish_reason": "submitted"}
@@ -209,20 +209,26 @@ def _results(model: str, passed: list[bool], seed: int | None = None) -> list[di
 
 def _experiment(name: str, rates: tuple[float, float], *, group: str = "intervention",
                 intervention: str = "none", breadth: int | None = 4, judge: str = "agent",
-                cached: bool = True, tasks: int = 40, synthesis: str | None = None) -> Experiment:
-    """An experiment with a failing base and an rft of two seeds passing at ``rates``."""
+                cached: bool = True, tasks: int = 40, synthesis: str | None = None,
+                pools: tuple[str, ...] = ("benchmark",)) -> Experiment:
+    """An experiment with a failing base and an rft of two seeds passing at ``rates`` on each pool."""
     rng = np.random.default_rng(zlib.crc32(name.encode()))
-    rft = [row for k, rate in enumerate(rates) for row in _results("rft", list(rng.random(tasks) < rate), k)]
-    by_model = {"base": _results("base", [False] * tasks), "rft": rft}
-    summary = summarize_pool(by_model, pool="benchmark", seed=SEED, resamples=RESAMPLES, confidence=0.95)
-    evaluate = {"models": list(by_model), "reference": "base", "pools": {"benchmark": summary}}
+    evaluate: dict = {"models": ["base", "rft"], "reference": "base", "pools": {}}
+    results = []
+    for pool in pools:
+        rft = [row for k, rate in enumerate(rates)
+               for row in _results("rft", list(rng.random(tasks) < rate), k, pool)]
+        by_model = {"base": _results("base", [False] * tasks, pool=pool), "rft": rft}
+        evaluate["pools"][pool] = summarize_pool(by_model, pool=pool, seed=SEED, resamples=RESAMPLES,
+                                                 confidence=0.95)
+        results += [r for rows in by_model.values() for r in rows]
     params = {"seed": SEED, "eval": {"bootstrap": RESAMPLES, "confidence": 0.95},
               "tracking": {"group": group}, "domains": {"count": breadth}, "judge": {"name": judge},
               "intervention": {"name": intervention}}
     if synthesis is not None:  # older experiments have no synthesis option: base
         params["synthesis"] = {"name": synthesis}
     return Experiment(name, "0" * 40, params, {"evaluate": evaluate, "train": {"seeds": 2}},
-                      [r for rows in by_model.values() for r in rows] if cached else None)
+                      results if cached else None)
 
 
 @pytest.fixture(scope="module")
@@ -324,6 +330,19 @@ def test_collect_writes_the_comparisons_with_their_mde(made_up, tmp_path, monkey
     assert compared.query("model == 'rft' and metric == 'pass_rate'")["mde"].gt(0).all()
     for name in ("breadth.png", "judges.png", "interventions.png", "synthesis.png"):
         assert (tmp_path / "out" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_collect_prints_the_rows_of_every_evaluated_pool(tmp_path, monkeypatch, capsys) -> None:
+    """Not only the benchmark's: the in-distribution pool's rows too, in both tables."""
+    both = ("benchmark", "indist")
+    swept = [_experiment("no-rti", (0.2, 0.25), pools=both),
+             _experiment("rti", (0.45, 0.5), intervention="rti", pools=both)]
+    monkeypatch.setattr(ablations, "read_experiments", lambda repo, group=None, revs=None: swept)
+    assert cli.main(["collect", "--repo", str(tmp_path), "-o", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "task pass rate on every evaluated pool, 2 experiments" in printed
+    for pool in both:  # 2 experiments x 2 models, and rti against no-rti
+        assert printed.count(f"│ {pool} ") == 2 * 2 + 1, printed
 
 
 # ----------------------------------------------------------------------------- read through dvc.api
@@ -484,7 +503,7 @@ def test_collect_reads_the_experiments_of_another_baseline(toy, tmp_path, capsys
     out = tmp_path / "report"
     args = ["collect", "--repo", str(repo), "--rev", baseline, "--group", "breadth", "-o", str(out)]
     assert cli.main(args) == 0
-    assert "benchmark task pass rate, 2 experiments" in capsys.readouterr().out
+    assert "task pass rate on every evaluated pool, 2 experiments" in capsys.readouterr().out
     assert set(pd.read_csv(out / "ablations.tsv", sep="\t")["experiment"]) == {"d2", "d4"}
 
 

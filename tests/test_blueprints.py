@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 
 from interlock.core.errors import InterlockError
-from interlock.core.types import TaskSize
+from interlock.core.types import INDIST_POOL, TaskSize
 from interlock.synthesis.blueprints import Blueprint, check_pools, generate_blueprints, select_domains
 
-POOL_SIZES = {"demo": 2, "rft": 2, "dev": 1, "benchmark": 2}
+POOL_SIZES = {"demo": 2, "rft": 2, "dev": 1, "benchmark": 2, INDIST_POOL: 1}
 
 
 @pytest.fixture(scope="module")
@@ -23,10 +23,32 @@ def test_generation_is_deterministic_and_pools_come_from_the_right_split(catalog
     again = list(generate_blueprints(catalog, seed=5, train_domains=16, heldout_domains=8,
                                      tasks_per_domain=POOL_SIZES, size=TaskSize(3, 2, 1, 1)))
     assert [b.to_row() for b in again] == [b.to_row() for b in blueprints]
-    assert len(blueprints) == 16 * 5 + 8 * 2
+    assert len(blueprints) == 16 * 6 + 8 * 2
     for b in blueprints:
         assert (catalog[b.domain_id].split == "heldout") == (b.pool == "benchmark")
     check_pools(blueprints, catalog, "memory")
+
+
+def test_the_indist_pool_is_drawn_last_and_leaves_every_other_pool_as_it_was(catalog, blueprints):
+    """Unseen tasks of every training domain, drawn after every other pool: the blueprints of a
+    run without them (``indist: 0``) are, row for row, the first ones of a run with them."""
+    without = list(generate_blueprints(catalog, seed=5, train_domains=16, heldout_domains=8,
+                                       tasks_per_domain={**POOL_SIZES, INDIST_POOL: 0},
+                                       size=TaskSize(3, 2, 1, 1)))
+    assert [b.to_row() for b in blueprints[:len(without)]] == [b.to_row() for b in without]
+    assert INDIST_POOL not in {b.pool for b in without}
+    indist = blueprints[len(without):]
+    assert {b.pool for b in indist} == {INDIST_POOL}
+    assert [b.domain_id for b in indist] == [d.id for d in select_domains(catalog, "train", 16, seed=5)]
+    assert [b.task_id for b in indist] == [f"{b.domain_id}.indist.0000" for b in indist]
+    assert {b.skeleton for b in indist}.isdisjoint({b.skeleton for b in without})
+
+
+def test_an_indist_task_cannot_come_from_a_held_out_domain(catalog, blueprints):
+    task = next(b for b in blueprints if b.pool == "benchmark")
+    moved = dataclasses.replace(task, task_id="moved", pool=INDIST_POOL)
+    with pytest.raises(InterlockError, match="not allowed for a heldout domain"):
+        check_pools([moved], catalog, "blueprints.parquet")
 
 
 def test_a_different_seed_gives_different_tasks(catalog, blueprints):

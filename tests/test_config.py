@@ -68,7 +68,7 @@ def test_scale_option_composes(option: str) -> None:
     assert scale.name == option
     assert scale.train_domains == SCALE_TRAIN_DOMAINS[option]
     assert scale.heldout_domains > 0
-    assert set(scale.tasks_per_domain) == {"demo", "rft", "dev", "benchmark"}
+    assert set(scale.tasks_per_domain) == {"demo", "rft", "dev", "benchmark", "indist"}
     assert set(scale.task_size.model_dump()) == {"decisions", "effects_per_decision", "couplings",
                                                  "distractors"}
     assert all(isinstance(v, int) and v > 0 for v in scale.tasks_per_domain.values())
@@ -77,6 +77,17 @@ def test_scale_option_composes(option: str) -> None:
     default = compose_config()
     assert {k: v for k, v in cfg.items() if k != "scale"} == {
         k: v for k, v in default.items() if k != "scale"}
+
+
+@pytest.mark.parametrize(("option", "tasks"), [("smoke", 1), ("default", 1), ("paper", 2)])
+def test_each_scale_sizes_the_indist_pool_and_none_may_leave_it_out(option: str, tasks: int) -> None:
+    """`scale.tasks_per_domain.indist`: unseen tasks per training domain, evaluated by default."""
+    cfg = compose_config([f"scale={option}"])
+    assert Params.model_validate(cfg).scale.tasks_per_domain["indist"] == tasks
+    del cfg["scale"]["tasks_per_domain"]["indist"]
+    with pytest.raises(ValueError, match="tasks_per_domain needs exactly the pools demo, rft, dev, indist, "
+                                         "benchmark"):
+        Params.model_validate(cfg)
 
 
 @pytest.mark.parametrize("option", DOMAIN_OPTIONS)
@@ -245,7 +256,7 @@ def test_no_stage_depends_on_tracking() -> None:
 
 def test_the_default_evaluation_compares_original_demonstration_and_rft() -> None:
     evaluation = Params.model_validate(compose_config()).eval
-    assert evaluation.models == ["base", "demo_sft", "rft"] and evaluation.pools == ["benchmark"]
+    assert evaluation.models == ["base", "demo_sft", "rft"] and evaluation.pools == ["benchmark", "indist"]
 
 
 @pytest.mark.parametrize(("overrides", "seeds"), [
@@ -259,7 +270,7 @@ def test_the_default_run_trains_two_seeds_and_a_command_line_count_wins(override
 
 
 #: the README's command that adds the BFCL pool (one experiment: a list value, not a sweep)
-BFCL_ON = "eval.pools=[benchmark,bfcl]"
+BFCL_ON = "eval.pools=[benchmark,indist,bfcl]"
 
 
 @pytest.mark.parametrize(("scale", "tasks"), [("smoke", 2), ("default", 4), ("paper", None)])
@@ -283,12 +294,12 @@ def test_bfcl_is_an_opt_in_pool_and_the_readme_command_turns_it_on(tmp_path: Pat
     experiment with both pools."""
     from dvc.utils.hydra import compose_and_dump, to_hydra_overrides
 
-    assert Params.model_validate(compose_config()).eval.pools == ["benchmark"]
+    assert Params.model_validate(compose_config()).eval.pools == ["benchmark", "indist"]
     assert f"dvc exp run -S '{BFCL_ON}'" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert not any(o.is_sweep_override() for o in to_hydra_overrides([BFCL_ON]))
     compose_and_dump(tmp_path / "params.yaml", str(CONF), None, "config", str(ROOT), [BFCL_ON])
     params = load_params(tmp_path / "params.yaml")
-    assert params.eval.pools == ["benchmark", "bfcl"] and params.scale.evaluation.bfcl_tasks == 4
+    assert params.eval.pools == ["benchmark", "indist", "bfcl"] and params.scale.evaluation.bfcl_tasks == 4
     refused = compose_config(["eval.pools=[benchmark,nope]"])
     with pytest.raises(ValueError, match=r"no benchmark named 'nope' \(known: benchmark, bfcl, "):
         Params.model_validate(refused)
@@ -298,9 +309,10 @@ def test_the_readme_command_turns_on_every_bfcl_category() -> None:
     """One pool per BFCL multi-turn category, all four through one `-S` of the README."""
     from interlock.evaluation.bfcl import CATEGORIES
 
-    override = f"eval.pools=[benchmark,{','.join(CATEGORIES)}]"
+    override = f"eval.pools=[benchmark,indist,{','.join(CATEGORIES)}]"
     assert f"dvc exp run -S '{override}'" in (ROOT / "README.md").read_text(encoding="utf-8")
-    assert Params.model_validate(compose_config([override])).eval.pools == ["benchmark", *CATEGORIES]
+    pools = Params.model_validate(compose_config([override])).eval.pools
+    assert pools == ["benchmark", "indist", *CATEGORIES]
 
 
 def _documented_options() -> dict[str, set[str]]:

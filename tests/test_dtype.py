@@ -9,8 +9,10 @@ import pytest
 
 from interlock.core.config import Params, compose_params
 from interlock.core.errors import InterlockError
-from interlock.models.backends import make_backend
+from interlock.models.backends import make_backend, model_runtime
 from interlock.models.dtype import DTYPES, MARGIN, cache_file, machine_key, measure, probe, resolve_dtype
+
+from helpers.probe import pretend_measured, probe_key
 
 
 @pytest.fixture(autouse=True)
@@ -40,8 +42,7 @@ def test_the_probe_times_both_and_takes_bf16_only_past_the_margin(workload) -> N
 def test_the_answer_is_measured_once_per_machine_and_read_back(tiny_checkpoint) -> None:
     first = resolve_dtype("auto", "generate", tiny_checkpoint)
     stored = json.loads(cache_file().read_text(encoding="utf-8"))
-    config = json.loads((tiny_checkpoint / "config.json").read_text(encoding="utf-8"))
-    key = f"generate:{machine_key(config['hidden_size'], config['intermediate_size'])}"
+    key = probe_key(tiny_checkpoint, "generate")
     assert list(stored) == [key] and stored[key]["chosen"] == first
     # the stored answer is what later calls get: flip it and they follow it, without measuring
     flipped = "float32" if first == "bfloat16" else "bfloat16"
@@ -72,11 +73,41 @@ def test_a_checkpoint_without_its_sizes_names_the_file(tmp_path) -> None:
     assert error.value.file == str(tmp_path / "config.json")
 
 
-def test_auto_reaches_the_model_the_transformers_backend_loads(tiny_checkpoint) -> None:
+def _backbone(*overrides: str):
     from helpers.repo import REPO
 
-    overrides = ["backbone=tiny", "backbone.dtype=auto"]
-    backbone = Params.model_validate(compose_params(REPO / "conf", overrides)).backbone
-    backend = make_backend(backbone, tiny_checkpoint)
+    return Params.model_validate(compose_params(REPO / "conf", ["backbone=tiny", *overrides])).backbone
+
+
+def test_auto_reaches_the_model_the_transformers_backend_loads(tiny_checkpoint) -> None:
+    backend = make_backend(_backbone("backbone.dtype=auto"), tiny_checkpoint)
     chosen = resolve_dtype("auto", "generate", tiny_checkpoint)  # read back from the cache
     assert str(next(backend.model.parameters()).dtype) == f"torch.{chosen}"
+
+
+@pytest.mark.parametrize("chosen", ["float32", "bfloat16"])
+def test_the_runtime_record_is_what_the_backend_loads(tiny_checkpoint, chosen) -> None:
+    """``auto`` as this machine's probe answered it (its cache, set here): the record says what the
+    transformers backend then loads, and the configured dtype beside it."""
+    pretend_measured(tiny_checkpoint, "generate", chosen)
+    backbone = _backbone("backbone.dtype=auto")
+    record = model_runtime(backbone, "generate", tiny_checkpoint)
+    assert record == {"backend": "transformers", "dtype": "auto", "resolved_dtype": chosen}
+    assert str(next(make_backend(backbone, tiny_checkpoint).model.parameters()).dtype) == f"torch.{chosen}"
+
+
+def test_the_runtime_record_of_each_kind_of_backend(tiny_checkpoint) -> None:
+    """An explicit dtype is taken as it is; training asks its own question of the probe (through
+    transformers, whatever the backend); llamacpp computes in its GGUF's precision and openai in
+    its servers' dtype, so neither resolves one."""
+    pretend_measured(tiny_checkpoint, "generate", "float32")
+    pretend_measured(tiny_checkpoint, "train", "bfloat16")
+    explicit = model_runtime(_backbone("backbone.dtype=bfloat16"), "generate", tiny_checkpoint)
+    assert explicit["resolved_dtype"] == "bfloat16"
+    auto = _backbone("backbone.dtype=auto", "backbone.backend=llamacpp")
+    assert model_runtime(auto, "train", tiny_checkpoint, backend="transformers") == {
+        "backend": "transformers", "dtype": "auto", "resolved_dtype": "bfloat16"}
+    assert model_runtime(auto, "generate", tiny_checkpoint) == {
+        "backend": "llamacpp", "dtype": "auto", "resolved_dtype": None, "gguf": "Q8_0"}
+    assert model_runtime(_backbone("backbone.backend=openai"), "generate", tiny_checkpoint) == {
+        "backend": "openai", "dtype": "float32", "resolved_dtype": None}

@@ -21,6 +21,8 @@ from helpers.repo import REPO, SMOKE, commit, dvc, stages_run
 PIPELINE = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))
 STAGES = list(PIPELINE["stages"])
 RESOURCE_DEPS = "src/interlock/resources/"
+#: what computes the tiny backbone's model in every stage that runs one (it pins float32)
+FLOAT32 = {"backend": "transformers", "dtype": "float32", "resolved_dtype": "float32"}
 
 
 def _code_deps(stage: str) -> set[str]:
@@ -157,12 +159,24 @@ def test_every_stage_runs_under_its_declared_params_with_the_paper_choices(paper
     assert "intervene" in ran
     intervened = json.loads(params.paths.under(root).metrics_of("intervene").read_text())
     assert intervened["corrected"] == intervened["diagnosed"] > 0  # the tiny model wrote corrections
+    # every stage that ran the model records what computed it
+    for stage in ("review", "rollouts", "judge", "intervene", "train", "evaluate"):
+        assert json.loads(params.paths.under(root).metrics_of(stage).read_text())["runtime"] == FLOAT32, stage
+    assert intervened["scorer_runtime"] == FLOAT32
     assert "up to date" in dvc("status", cwd=root)
 
 
 def test_the_smoke_run_ran_every_stage_under_its_declared_params(smoke_repo) -> None:
     lock = yaml.safe_load((smoke_repo / "dvc.lock").read_text(encoding="utf-8"))
     assert sorted(lock["stages"]) == sorted(STAGES)
+    paths = load_params(smoke_repo / "params.yaml").paths.under(smoke_repo)
+    runtime = {stage: json.loads(paths.metrics_of(stage).read_text())["runtime"]
+               for stage in ("review", "rollouts", "judge", "demo_sft", "train", "evaluate")}
+    # the scripted solvers and judges run no model; training and evaluation record what ran theirs
+    assert runtime == {"review": None, "rollouts": None, "judge": None, "demo_sft": FLOAT32, "train": FLOAT32,
+                       "evaluate": FLOAT32}
+    intervened = json.loads(paths.metrics_of("intervene").read_text())
+    assert (intervened["runtime"], intervened["scorer_runtime"]) == (None, FLOAT32)
 
 
 # ----------------------------------------------------------------------------- comparing runs

@@ -21,9 +21,11 @@ from interlock.core.errors import InterlockError
 from interlock.core.io import read_rows, write_table
 from interlock.evaluation.benchmarks import AdmittedPool, RunSettings, rollout_id
 from interlock.evaluation.metrics import (
+    TARGET_MDE,
     EpisodeResult,
     _replicates,
     bootstrap_indices,
+    detectability,
     detectable_multiplier,
     effective_outcomes,
     grade_episode,
@@ -88,6 +90,13 @@ def test_metrics_match_the_scripted_truth(evaluated, contexts) -> None:
     assert pool["deltas"]["noisy"]["pass_rate"] == {"value": -1.0, "low": -1.0, "high": -1.0, "mde": 0.0}
     assert pool["deltas"]["noisy"]["completion_gap_rate"]["value"] == 1.0
     assert set(pool["deltas"]) == {"noisy", "claim_only"}  # against the first model only
+    # the pool's detectability: the oracle passes every task and the others none, so the paired
+    # difference is -1 on every task, with no spread: one task would show it
+    summary = evaluation.metrics["summary"]["benchmark"]
+    assert (summary["tasks"], summary["attempts"], set(summary["deltas"])) == (
+        len(contexts), SETTINGS.attempts, {"noisy", "claim_only"})
+    assert summary["deltas"]["noisy"] == {"value": -1.0, "low": -1.0, "high": -1.0, "mde": 0.0,
+                                          "per_task_sd": 0.0, "tasks_needed": 1}
 
 
 def test_every_interval_holds_its_point_estimate(evaluated) -> None:
@@ -272,6 +281,35 @@ def test_tasks_needed_matches_the_hand_computation_and_is_monotonic() -> None:
     for bad in ({"effect": 0.0}, {"attempts": 0}, {"within_share": 1.5}):
         with pytest.raises(ValueError):
             tasks_needed(**{"per_task_sd": 0.4, "effect": 0.04, **bad})
+
+
+def test_a_pools_detectability_matches_the_hand_computation() -> None:
+    """Five tasks. base, two attempts: passes t0 twice and t3 once, so per task 1, 0, 0, 0.5, 0;
+    rft, two seeds of one attempt (1 1 0 1 0 and 1 0 1 1 1): 1, 0.5, 0.5, 1, 0.5. The paired
+    difference 0, 0.5, 0.5, 0.5, 0.5 has mean 0.4 and squared deviations 0.16 + 4 x 0.01 = 0.20,
+    so an SD of sqrt(0.20 / 4) = 0.223607; an MDE of 0.10 needs (2.801585 x 0.223607 / 0.1)**2 =
+    7.848878 x 5 = 39.24 -> 40 tasks. A twin of base differs on no task: SD 0, one task."""
+    attempts = [[True, False, False, True, False], [True, False, False, False, False]]
+    base = [{**row, "rollout_id": f"base-t{i}.a{a}"} for a, passed in enumerate(attempts)
+            for i, row in enumerate(_rows("base", passed))]
+    rft = _seeded("rft", [[True, True, False, True, False], [True, False, True, True, True]])
+    by_model = {"base": base, "rft": rft, "twin": [{**r, "model": "twin"} for r in base]}
+    summary = summarize_pool(by_model, pool="indist", seed=1, resamples=500, confidence=0.95)
+    found = detectability(by_model, summary, attempts=2)
+    assert (found["tasks"], found["attempts"], found["target_mde"], TARGET_MDE) == (5, 2, 0.1, 0.1)
+    rft_delta = found["deltas"]["rft"]
+    assert {k: rft_delta[k] for k in ("value", "low", "high", "mde")} == summary["deltas"]["rft"]["pass_rate"]
+    assert rft_delta["value"] == pytest.approx(0.4)
+    assert rft_delta["per_task_sd"] == pytest.approx(0.05 ** 0.5, abs=1e-6)
+    assert rft_delta["tasks_needed"] == 40
+    assert found["deltas"]["twin"] == {"value": 0.0, "low": 0.0, "high": 0.0, "mde": 0.0, "per_task_sd": 0.0,
+                                       "tasks_needed": 1}
+    assert set(found["deltas"]) == {"rft", "twin"}  # the reference is no comparison
+    # one task has no spread to measure
+    one = {m: [r for r in rows if r["task_id"] == "t0"] for m, rows in by_model.items()}
+    alone = detectability(one, summarize_pool(one, pool="indist", seed=1, resamples=100, confidence=0.95), 2)
+    assert alone["tasks"] == 1
+    assert (alone["deltas"]["rft"]["per_task_sd"], alone["deltas"]["rft"]["tasks_needed"]) == (None, None)
 
 
 def _seeded(model: str, seeds: list[list[bool]]) -> list[dict]:

@@ -160,7 +160,7 @@ def test_the_card_names_the_sources_the_exclusions_and_the_run(training_set, exp
     assert provenance["git_commit"] == head.strip() and provenance["dvc_lock_md5"] == locked
     assert provenance["read_md5"] == dvc_folder_md5(paths.training_set) != locked
     assert provenance["matches_dvc_lock"] is False and "**different**" in text  # this is not the run's data
-    assert header["excluded_pools"] == ["demo", "dev", "benchmark"]
+    assert header["excluded_pools"] == ["demo", "dev", "indist", "benchmark"]
     assert header["excluded_domains"] and "benchmark" in text and "held-out" in text
     assert header["rows"] == 3 and header["by_source"] == {"policy": 2, "rti": 1}
     for column in ("messages", "tools", "rollout_id", "source", "weight", "loss_from_message"):

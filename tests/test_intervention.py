@@ -256,8 +256,8 @@ def _pool(contexts, tmp_path, agent_judge):
 def _run(tmp_path, by_id, ok, agent_judge, tiny_checkpoint, corrector=None, work="work"):
     return run_intervention(tmp_path / "trajectories.parquet", tmp_path / "verdicts.parquet", ok, by_id,
                             config=CONFIG, roles=Roles(None, corrector, "rti/test"),
-                            checkpoint=tiny_checkpoint, max_context=12288, limits=LIMITS,
-                            work=tmp_path / work, run_id="r1", batch_size=4, judge=agent_judge)
+                            checkpoint=tiny_checkpoint, scorer_dtype="float32", max_context=12288,
+                            limits=LIMITS, work=tmp_path / work, run_id="r1", batch_size=4, judge=agent_judge)
 
 
 def test_run_intervention_corrects_verifies_scores_and_reports(contexts, tmp_path, agent_judge,

@@ -186,6 +186,28 @@ def test_manifest_describes_the_checkpoint(tiny_checkpoint):
         assert entry["bytes"] == len(data) and entry["sha256"] == hashlib.sha256(data).hexdigest()
     assert not [n for n in schemas.MODEL_MANIFEST.names if "second" in n or "time" in n]  # no timings
     assert verify_checkpoint(tiny_checkpoint) == []
+    assert manifest["compute_dtype"] is None  # no training here made these weights
+
+
+def test_a_manifest_from_before_the_compute_dtype_still_reads(tmp_path, tiny_checkpoint):
+    """Manifests written before they recorded training's compute dtype read as they would be
+    written now: a fine-tuning then computed in float32; weights from elsewhere have none. Any
+    other column missing is still an error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    current = read_manifest(tiny_checkpoint)
+    old = pq.read_table(tiny_checkpoint / MANIFEST).drop_columns(["compute_dtype"])
+    for source, expected in (("tiny", None), ("finetuned", "float32")):
+        (tmp_path / source).mkdir()
+        table = old.set_column(old.schema.get_field_index("source"), "source", pa.array([source]))
+        pq.write_table(table, tmp_path / source / MANIFEST)
+        assert read_manifest(tmp_path / source) == {**current, "source": source, "compute_dtype": expected}
+    (tmp_path / "broken").mkdir()
+    pq.write_table(old.drop_columns(["notes"]), tmp_path / "broken" / MANIFEST)
+    with pytest.raises(InterlockError, match="column missing") as error:
+        read_manifest(tmp_path / "broken")
+    assert error.value.field == "notes"
 
 
 def test_verify_names_changed_and_missing_files(tmp_path, tasks):

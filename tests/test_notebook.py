@@ -65,6 +65,11 @@ def test_the_results_notebook_runs_on_the_pipelines_artifacts(smoke_repo, venv_k
 
     # every delta stated with its minimum detectable effect at the run's size
     assert "MDE task pass rate" in table
+    # and per pool (indist beside the benchmark) what it can detect, and the tasks an MDE of 0.10 needs
+    detect = "".join(o.get("data", {}).get("text/html", "") for o in _outputs(cells["detectability-table"]))
+    assert "indist" in evaluation.pools and "tasks for an MDE of 0.10" in detect
+    for pool in evaluation.pools:
+        assert f">{pool}</th>" in detect
 
     # figures: the bars, the two per-domain plots, the completion graph, the training curves, and
     # the intervention filter's histograms where the run wrote them (intervention=rti)

@@ -5,12 +5,11 @@ must say whatever the machine."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import sys
 from pathlib import Path
-
-import pytest
 
 from interlock.judging import boundary, sandbox
 from interlock.rollout.forgeries import FORGERIES
@@ -200,21 +199,43 @@ def test_training_throughput_trains_both_sides_on_the_same_tokens(smoke_repo, tm
     assert [side["tokens"] for side in result["trl"]] == [project["tokens"]] * 2  # TRL unpacked, packed
 
 
-def test_llamacpp_backend_runs_both_backends_on_the_same_episodes(smoke_repo, tmp_path) -> None:
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (`make llamacpp`)")
-    out = tmp_path / "llamacpp.json"
-    printed = bench("llamacpp_backend.py", "--backends", "transformers", "llamacpp:F32",
-                    "--fidelity-prompts", "4", "--tasks", "2", "--params", str(smoke_repo / "params.yaml"),
-                    "--json", str(out), cwd=tmp_path)
+def test_backends_runs_every_side_on_the_same_episodes(smoke_repo, tmp_path, monkeypatch) -> None:
+    """Both dtypes of the transformers backend, F32 through llama.cpp where it is installed, and a
+    vLLM side whose package does not import (a module on ``PYTHONPATH`` hides it): every side
+    that runs plays the same episodes, the one that cannot is reported skipped with the reason,
+    and a backend no module registers is an error before any work."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "vllm.py").write_text('raise ImportError("hidden by the test")\n')
+    monkeypatch.setenv("PYTHONPATH", str(shadow))
+    llamacpp = importlib.util.find_spec("llama_cpp") is not None
+    sides = ["transformers@float32", "transformers@bfloat16", *(["llamacpp:F32"] if llamacpp else [])]
+    out = tmp_path / "backends.json"
+    params = ("--params", str(smoke_repo / "params.yaml"))
+    printed = bench("backends.py", "--backends", *sides, "vllm@float32", "--fidelity-prompts", "4",
+                    "--tasks", "2", *params, "--json", str(out), cwd=tmp_path)
     figures = json.loads(out.read_text())
-    fidelity = figures["fidelity"]["llamacpp:F32"]
-    # greedy F32 through llama.cpp writes what the transformers backend writes
-    assert (fidelity["prompts"], fidelity["identical"]) == (4, 4)
+    assert figures["backends"] == sides and list(figures["skipped"]) == ["vllm@float32"]
+    assert "hidden by the test" in figures["skipped"]["vllm@float32"]
+    assert "skipped vllm@float32: vllm does not import" in printed
+    fidelity = figures["fidelity"]
+    assert list(fidelity) == sides and fidelity[sides[0]]["share"] == 1.0
+    assert all(row["prompts"] == 4 and 0 <= row["identical"] <= 4 for row in fidelity.values())
+    if llamacpp:  # greedy F32 through llama.cpp writes what the transformers backend writes in fp32
+        assert fidelity["llamacpp:F32"]["identical"] == 4
     for part in ("rollouts", "evaluate"):
-        sides = [figures["run"][spec][part] for spec in ("transformers", "llamacpp:F32")]
-        assert sides[0]["episodes"] == sides[1]["episodes"] >= 2
-        assert all(side["generated_tokens"] > 0 and side["seconds"] > 0 for side in sides)
-    assert "rollouts: llamacpp:F32 is" in printed
+        rows = [figures["run"][spec][part] for spec in sides]
+        assert len({row["episodes"] for row in rows}) == 1 and rows[0]["episodes"] >= 2
+        assert rows[0]["same_outcome_as_first"] == {"episodes": rows[0]["episodes"], "share": 1.0}
+        assert rows[0]["delta_vs_first"] is None and rows[0]["speed_vs_first"] == 1.0
+        for row in rows:
+            assert row["generated_tokens"] > 0 and row["processed_tokens"] > row["generated_tokens"]
+            assert row["seconds"] > 0 and row["generated_tokens_per_s"] > 0
+            assert 0 <= row["same_outcome_as_first"]["episodes"] <= row["episodes"]
+    assert f"| {sides[-1]} | evaluate | {rows[-1]['episodes']} |" in printed
+    unknown = run([sys.executable, str(BENCHMARKS / "backends.py"), "--backends", "transformers", "nosuch",
+                   *params], tmp_path, check=False)
+    assert "side 'nosuch'" in unknown and "no backend named 'nosuch'" in unknown
 
 
 def test_rst_rounds_grows_toward_its_target_and_reports_its_checks(tmp_path) -> None:

@@ -42,7 +42,7 @@ def test_dvc_repro_writes_every_artifact(smoke_repo):
         assert (data / name).exists(), name
     verdicts = read_rows(data / "review" / "verdicts.parquet", schemas.REVIEW_TABLES["verdicts"])
     pools = {v["pool"] for v in verdicts}
-    assert pools == {"demo", "rft", "dev", "benchmark"}
+    assert pools == {"demo", "rft", "dev", "benchmark", "indist"}
     assert all(v["admitted"] for v in verdicts), [v["reasons"] for v in verdicts if not v["admitted"]]
     metrics = json.loads((smoke_repo / "metrics" / "review.json").read_text())
     assert metrics["rft"]["tasks"] == 4 * 2 and metrics["rft"]["admitted"] == 8
@@ -137,6 +137,40 @@ def test_every_model_is_a_checkpoint_and_the_fine_tunings_trained(smoke_repo):
     assert seeds == ([f"seed-{k}" for k in range(metrics["seeds"])] if accepted else ["seed-0"])
     assert sorted(metrics["by_seed"]) == seeds
     assert read_manifest(models / "rft" / "seed-0")["origin"].endswith("demo_sft")
+
+
+#: what training reads or writes (tasks, rollouts, verdicts, corrections, what RFT trains on) and
+#: recursive synthesis's children: no indist task may appear in any of them
+TRAINING_SIDE = ["demos", "rollouts", "judge/rollouts", "accepted", "interventions", "training_set", "grown"]
+
+
+def test_indist_tasks_are_evaluated_and_stay_out_of_everything_training_touches(smoke_repo):
+    """The in-distribution pool's tasks come from the training domains, are admitted and evaluated
+    on every model, and appear nowhere that training (demos, rollouts, judging, acceptance,
+    intervention, the training set) or recursive synthesis reads or writes."""
+    from interlock.core.config import load_params
+
+    data = smoke_repo / "data"
+    admitted = read_rows(data / "review" / "admitted.parquet", schemas.REVIEW_TABLES["admitted"])
+    indist = {r["task_id"] for r in admitted if r["pool"] == "indist"}
+    domains = {r["domain_id"]: r["split"] for r in read_rows(data / "domains.parquet", schemas.DOMAINS)}
+    assert len(indist) == 4 and {domains[t.split(".")[0]] for t in indist} == {"train"}
+    tables = [path for folder in TRAINING_SIDE for path in sorted((data / folder).rglob("*.parquet"))]
+    assert len(tables) > len(TRAINING_SIDE)
+    for path in tables:
+        columns = pq.read_schema(path).names
+        for column in ("task_id", "parents"):
+            if column in columns:
+                values = pq.read_table(path, columns=[column]).column(column).to_pylist()
+                seen = {v for value in values for v in (value if column == "parents" else [value])}
+                assert not seen & indist, f"{path}: {sorted(seen & indist)}"
+    results = read_rows(data / "evaluation" / "results.parquet", schemas.EVAL_RESULTS)
+    params = load_params(smoke_repo / "params.yaml")
+    for model in params.eval.models:
+        assert {r["task_id"] for r in results if r["model"] == model and r["pool"] == "indist"} == indist
+    summary = json.loads((smoke_repo / "metrics" / "evaluate.json").read_text())["summary"]
+    assert set(summary) == set(params.eval.pools)
+    assert summary["indist"]["tasks"] == 4 and set(summary["indist"]["deltas"]) == set(params.eval.models[1:])
 
 
 def test_every_stage_with_numbers_logged_an_offline_wandb_run(smoke_repo):

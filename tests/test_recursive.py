@@ -26,7 +26,7 @@ from interlock.core.config import Params, SynthesisConfig, load_params, write_pa
 from interlock.core.errors import InterlockError
 from interlock.core.io import dumps, iter_row_groups, loads, read_rows, write_table
 from interlock.core.paths import Paths
-from interlock.core.types import TaskSize
+from interlock.core.types import INDIST_POOL, TaskSize
 from interlock.recursive import rounds
 from interlock.recursive.contract import (
     DECLARED_FACETS,
@@ -42,7 +42,7 @@ from interlock.recursive.contract import (
 from interlock.recursive.declaration import derive
 from interlock.recursive.operators import OPERATORS, NotApplicable, Rewrite
 from interlock.recursive.similarity import similarity, tail_share
-from interlock.recursive.stage import PLOT_COLUMNS, run_grow
+from interlock.recursive.stage import PLOT_COLUMNS, run_grow, seed_pool
 from interlock.recursive.validation import Task, compile_task, validate
 from interlock.review.controls import reference_calls, run_reference, submitted
 from interlock.review.static import review_pack
@@ -66,6 +66,10 @@ from interlock.synthesis.tasks import (
 from interlock.synthesis.workspace import parse_csv
 
 from helpers.repo import REPO
+
+#: the rounds' refusal of a near duplicate: every pool but rft, the evaluation pools among them
+NEAR_DUPLICATE = ("duplicate: the child is a near duplicate (the same up to words) of a demo, dev, indist "
+                  "or benchmark task")
 
 #: the parents: 10 decisions in 2 groups (add_coupling needs a group of 4+), one effect of each
 #: domain's several (add_effect needs one more to add)
@@ -774,8 +778,7 @@ def test_a_word_only_rule_shift_keeps_the_skeleton_and_joins_the_rft_pool(pool, 
     dev = replace(blueprint, task_id=f"{domain.id}.dev.0000", pool="dev")
     across = rounds.attempt(rounds.Pool(catalog, seeds, [blueprint, dev]), OPERATORS["shift_rule"],
                             [rounds.Member.of(blueprint, 0, None)], 1, 0, SEED)
-    assert across.checked.validated and across.reason == (
-        "duplicate: the child is a near duplicate (the same up to words) of a dev or benchmark task")
+    assert across.checked.validated and across.reason == NEAR_DUPLICATE
 
 
 # ----------------------------------------------------------------------------- 7. rounds
@@ -962,16 +965,17 @@ def words_only(blueprint: Blueprint, catalog, task_id: str, pool: str) -> Bluepr
     return copy
 
 
-def test_a_near_duplicate_of_a_dev_task_is_refused(grown, seeds, catalog):
-    """A child the same up to words as a dev task is refused; the same up to words as an rft task,
-    it is a new task (a words-only rewrite within rft is allowed)."""
+@pytest.mark.parametrize("other", ["dev", INDIST_POOL])
+def test_a_near_duplicate_of_a_dev_or_indist_task_is_refused(other, grown, seeds, catalog):
+    """A child the same up to words as a dev task, or as an indist task (evaluated in-distribution),
+    is refused; the same up to words as an rft task, it is a new task (a words-only rewrite within
+    rft is allowed)."""
     child = validated_children(grown, 1)[0]
     blueprint = child.checked.task.blueprint
-    dev = words_only(blueprint, catalog, f"{blueprint.domain_id}.dev.9999", "dev")
-    refused = first_round_again(seeds, catalog, (dev,))[child.index]
+    copy = words_only(blueprint, catalog, f"{blueprint.domain_id}.{other}.9999", other)
+    refused = first_round_again(seeds, catalog, (copy,))[child.index]
     assert refused.checked.validated and refused.kind == "duplicate"
-    assert refused.reason == ("duplicate: the child is a near duplicate (the same up to words) of a dev or "
-                              "benchmark task")
+    assert refused.reason == NEAR_DUPLICATE
     rft = words_only(blueprint, catalog, f"{blueprint.domain_id}.rft.9999", "rft")
     assert summary(first_round_again(seeds, catalog, (rft,))[child.index]) == summary(child)
 
@@ -1087,13 +1091,15 @@ class Stage:
 
 def build_artifacts(root: Path, synthesis: str) -> tuple[Params, Paths, Catalog, list[str], str]:
     """domains -> blueprints (3 training domains, 1 held out) -> graphs -> packs, and an admitted
-    table the way the review writes it: every task but one rft task (the review's refusal)."""
+    table the way the review writes it: every task (of every pool, indist too) but one rft task (the
+    review's refusal)."""
     write_params(REPO / "conf", root / "params.yaml", ["experiment=smoke", f"synthesis={synthesis}"])
     params = load_params(root / "params.yaml")
     paths = params.paths.under(root)
     run_domains(paths.domains)
     run_blueprints(paths.domains, paths.blueprints, seed=params.seed, train_domains=3, heldout_domains=1,
-                   tasks_per_domain={"demo": 1, "rft": 3, "dev": 1, "benchmark": 1}, size=ROUND_SIZE,
+                   tasks_per_domain={"demo": 1, "rft": 3, "dev": 1, "benchmark": 1, INDIST_POOL: 1},
+                   size=ROUND_SIZE,
                    row_group_tasks=4)
     run_graphs(paths.domains, paths.blueprints, paths.graphs)
     run_packs(paths.domains, paths.graphs, paths.packs)
@@ -1294,9 +1300,18 @@ def test_a_malformed_contract_is_a_clear_error(text):
 
 
 def test_only_the_rft_pool_reads_the_grown_tasks(stage):
-    """Children are rft tasks: the demo, dev and benchmark pools (demos, evaluation) never read the
-    grown pool, whose stage they do not depend on."""
+    """Children are rft tasks: the demo, dev, indist and benchmark pools (demos, evaluation) never
+    read the grown pool, whose stage they do not depend on; an admitted indist task is never a
+    seed, a parent or a child."""
     admitted = read_rows(stage.paths.admitted, schemas.REVIEW_TABLES["admitted"])
-    for pool in ("demo", "dev", "benchmark"):
+    for pool in ("demo", "dev", INDIST_POOL, "benchmark"):
         assert admitted_ids(stage.paths, pool) == [r["task_id"] for r in admitted if r["pool"] == pool]
+    indist = set(admitted_ids(stage.paths, INDIST_POOL))
+    assert len(indist) == 3 and indist.isdisjoint(stage.admitted_rft)
+    seeds, taken = seed_pool(stage.paths, stage.catalog)
+    assert indist.isdisjoint(t.blueprint.task_id for t in seeds) and indist <= {b.task_id for b in taken}
+    lineage = read_rows(stage.paths.lineage, schemas.LINEAGE)
+    assert lineage and indist.isdisjoint(p for r in lineage for p in r["parents"])
+    grown = iter_blueprints(stage.paths.grown_blueprints, stage.catalog)
+    assert {b.pool for batch in grown for b in batch} == {"rft"}
     assert any(".r01." in t for t in admitted_ids(stage.paths, "rft"))

@@ -15,7 +15,7 @@ from interlock.core.chat import Message, ToolCall
 from interlock.core.config import load_params
 from interlock.core.io import write_table, write_tsv
 from interlock.core.paths import MissingArtifacts
-from interlock.evaluation.metrics import summarize_pool
+from interlock.evaluation.metrics import detectability, summarize_pool
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.graph import graph_rows
 
@@ -83,10 +83,16 @@ def evaluate() -> dict:
     """An evaluate.json: a benchmark pool where rft passes two more tasks, and a dev pool without tasks."""
     benchmark = {"base": [_result("base", t, False, 0.25) for t in range(4)],
                  "rft": [_result("rft", t, t < 2, 1.0 if t < 2 else 0.25) for t in range(4)]}
-    pools = {"benchmark": summarize_pool(benchmark, pool="benchmark", seed=1, resamples=200, confidence=0.95),
-             "dev": summarize_pool({"base": [], "rft": []}, pool="dev", seed=1, resamples=200,
-                                   confidence=0.95)}
-    return {"models": ["base", "rft"], "reference": "base", "pools": pools}
+    evaluate: dict = {"models": ["base", "rft"], "reference": "base", "pools": {}, "summary": {}}
+    for pool, rows in (("benchmark", benchmark), ("dev", {"base": [], "rft": []})):
+        _add_pool(evaluate, pool, rows)
+    return evaluate
+
+
+def _add_pool(evaluate: dict, pool: str, rows: dict[str, list[dict]]) -> None:
+    """A pool's metrics and its detectability, as the evaluate stage writes them (one attempt)."""
+    evaluate["pools"][pool] = summarize_pool(rows, pool=pool, seed=1, resamples=200, confidence=0.95)
+    evaluate["summary"][pool] = detectability(rows, evaluate["pools"][pool], attempts=1)
 
 
 def test_the_comparison_table_has_intervals_deltas_and_a_reference(evaluate):
@@ -130,6 +136,28 @@ def test_a_benchmark_without_a_completion_gap_shows_its_context_failures(evaluat
 
 def test_the_comparison_of_nothing_is_an_empty_table():
     assert report.comparison_table({"models": ["base"], "reference": "base", "pools": {}}).empty
+
+
+def test_the_detectability_table_lists_every_pools_mde_and_the_tasks_it_would_need(evaluate):
+    """benchmark: rft passes t0 and t1, base nothing, so the paired difference is 1, 1, 0, 0: an SD
+    of sqrt(4 x 0.25 / 3) = 0.577, and an MDE of 0.10 needs 2.801585**2 / 3 / 0.01 = 261.6 -> 262
+    tasks. indist: both pass t0, rft t1 too: 0, 1, 0, 0, an SD of sqrt(0.75 / 3) = 0.5, 197 tasks."""
+    _add_pool(evaluate, "indist", {model: [{**_result(model, t, t < passes, 0.5), "pool": "indist"}
+                                           for t in range(4)] for model, passes in (("base", 1), ("rft", 2))})
+    table = report.detectability_table(evaluate)
+    assert list(table.index) == [("benchmark", "rft"), ("dev", "rft"), ("indist", "rft")]
+    assert list(table.columns) == ["tasks", "attempts", "Δ task pass rate vs base", "MDE", "per-task SD",
+                                   "tasks for an MDE of 0.10"]
+    benchmark, dev, indist = (table.loc[pool, "rft"] for pool in ("benchmark", "dev", "indist"))
+    mde = evaluate["pools"]["benchmark"]["deltas"]["rft"]["pass_rate"]["mde"]
+    assert (benchmark["tasks"], benchmark["attempts"], benchmark["MDE"]) == (4, 1, f"{mde:.3f}")
+    assert benchmark["Δ task pass rate vs base"].startswith("+0.500 [+")
+    assert (benchmark["per-task SD"], benchmark["tasks for an MDE of 0.10"]) == ("0.577", "262")
+    assert (indist["per-task SD"], indist["tasks for an MDE of 0.10"]) == ("0.500", "197")
+    assert indist["Δ task pass rate vs base"].startswith("+0.250 [")
+    assert dev["tasks"] == 0 and {dev[c] for c in table.columns[2:]} == {report.MISSING}
+    # metrics from before the summary: no rows
+    assert report.detectability_table({k: v for k, v in evaluate.items() if k != "summary"}).empty
 
 
 def _png(fig) -> bytes:

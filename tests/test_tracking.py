@@ -72,6 +72,7 @@ REPORT = StageReport(
     tables={"by_domain": [{"domain_id": "payroll_close", "rollouts": 4, "accepted": 1, "acceptance": 0.25},
                           {"domain_id": "donor_stewardship", "rollouts": 4, "accepted": 0,
                            "acceptance": 0.0}]},
+    config={"runtime": {"backend": "transformers", "dtype": "auto", "resolved_dtype": "bfloat16"}},
 )
 
 
@@ -100,7 +101,9 @@ def test_offline_run_carries_names_and_config(experiment_run):
     assert run.group == "sly-mole"  # tracking.group unset: the DVC experiment is the study
     assert run.name == "sly-mole-accept"
     assert run.job_type == "accept"
-    assert run.config == params.model_dump(mode="json")
+    # the composed params, and beside them what the stage resolved as it ran
+    assert run.config == {**params.model_dump(mode="json"), **REPORT.config}
+    assert run.config["runtime"]["resolved_dtype"] == "bfloat16"
 
 
 def test_offline_run_carries_flattened_numbers_and_tables(experiment_run):
@@ -110,6 +113,11 @@ def test_offline_run_carries_flattened_numbers_and_tables(experiment_run):
     numbers = {"rft/admitted", "rft/tasks", "rft/acceptance", "nothing_accepted", "episodes",
                *(f"many/k{i:04d}" for i in range(MANY))}
     assert run.summary_keys == numbers | {"by_domain"}
+
+
+def test_a_report_config_key_may_not_hide_a_metric():
+    with pytest.raises(ValueError, match="runtime"):
+        StageReport({"runtime": 1}, config={"runtime": {"backend": "transformers"}})
 
 
 def test_a_report_table_becomes_a_wandb_table_of_every_rows_keys():
@@ -141,9 +149,12 @@ def test_run_stage_in_a_queued_temp_workspace_logs_to_the_original_repository(tm
     monkeypatch.setenv("DVC_ROOT", str(work))  # as older DVC set it: the temp workspace
     monkeypatch.setenv("DVC_EXP_NAME", "queued-exp")
 
-    run_stage("judge", lambda params, paths: StageReport({"calibration": {"accepted": 5}}))
+    runtime = {"backend": "llamacpp", "dtype": "float32", "resolved_dtype": None, "gguf": "Q8_0"}
+    run_stage("judge", lambda params, paths: StageReport({"calibration": {"accepted": 5}},
+                                                         config={"runtime": runtime}))
     assert (work / "metrics" / "timing" / "judge.json").is_file()
-    assert json.loads((work / "metrics" / "judge.json").read_text()) == {"calibration": {"accepted": 5}}
+    assert json.loads((work / "metrics" / "judge.json").read_text()) == {"calibration": {"accepted": 5},
+                                                                         "runtime": runtime}
     shutil.rmtree(repo / ".dvc" / "tmp")  # the queue cleans the temp workspace up
     (run_dir,) = (repo / "wandb").glob("offline-run-*")
     (log,) = run_dir.glob("run-*.wandb")

@@ -25,7 +25,7 @@ BIN = Path(sys.executable).parent
 ISOLATED = ("WANDB_MODE", "WANDB_DIR", "WANDB_DISABLED", "DVC_ROOT", "DVC_EXP_NAME", "DVC_STAGE")
 #: the smoke run: the smoke experiment, with the opt-in BFCL pool beside the default's benchmark, and the
 #: two methods on (rollout-time intervention, recursive synthesis)
-SMOKE = ("experiment=smoke", "eval.pools=[benchmark,bfcl]", "intervention=rti", "synthesis=rst")
+SMOKE = ("experiment=smoke", "eval.pools=[benchmark,indist,bfcl]", "intervention=rti", "synthesis=rst")
 GIT_USER = ("-c", "user.email=t@t", "-c", "user.name=t")
 #: the suite's budget in seconds: how long ``make test`` (ruff and every test) may take on a clean
 #: clone on 2 cores with two other CPU-heavy jobs beside it (issue 26's busy machine); on an idle

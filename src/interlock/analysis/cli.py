@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     what = p.add_subparsers(dest="what", required=True, metavar="WHAT")
     e = what.add_parser("tasks", parents=[data], help="admitted tasks in Harbor's task layout")
     e.add_argument("--format", required=True, choices=("harbor",))
-    e.add_argument("--pool", choices=("rft", "dev", "benchmark"), default="benchmark",
+    e.add_argument("--pool", choices=("rft", "dev", "benchmark", "indist"), default="benchmark",
                    help="whose admitted tasks (default: benchmark, the held-out domains)")
     e.add_argument("--limit", type=int, metavar="N", help="only the first N tasks")
     e.add_argument("-o", "--output", type=Path, required=True, metavar="DIR")
@@ -269,24 +269,24 @@ def cmd_collect(args: argparse.Namespace, console: Console) -> None:
 
     out = args.output or Path("reports") / (args.group or "all")
     frame, comparisons = write_ablation_report(args.repo, out, args.group, args.revs)
-    shown = frame[(frame["pool"] == "benchmark") & (frame["metric"] == "pass_rate")]
-    table = Table("experiment", "breadth", "judge", "intervention", "seeds", "trajectories", "model",
+    shown = frame[frame["metric"] == "pass_rate"]
+    table = Table("experiment", "breadth", "judge", "intervention", "seeds", "trajectories", "pool", "model",
                   "pass rate", "delta vs base", "MDE")
     for row in shown.itertuples():
         table.add_row(row.experiment, _count(row.breadth, "all"), row.judge, row.intervention,
-                      _count(row.seeds), _count(row.training_trajectories), row.model,
+                      _count(row.seeds), _count(row.training_trajectories), row.pool, row.model,
                       f"{row.value:.3f} [{row.low:.3f}, {row.high:.3f}]",
                       f"{row.delta:+.3f} [{row.delta_low:+.3f}, {row.delta_high:+.3f}]", _mde(row.delta_mde))
-    _print_table(console, f"benchmark task pass rate, {frame['experiment'].nunique()} experiments", table)
-    compared = comparisons[(comparisons["pool"] == "benchmark") & (comparisons["metric"] == "pass_rate")
-                           & (comparisons["model"] == "rft")]
+    experiments = frame["experiment"].nunique()
+    _print_table(console, f"task pass rate on every evaluated pool, {experiments} experiments", table)
+    compared = comparisons[(comparisons["metric"] == "pass_rate") & (comparisons["model"] == "rft")]
     if len(compared):
-        versus = Table("ablation", "experiment", "against",
+        versus = Table("ablation", "experiment", "against", "pool",
                        escape("rft pass-rate difference [interval], MDE"))
         for row in compared.itertuples():
             versus.add_row(row.axis, escape(f"{row.experiment} ({level_name(row.level)})"),
                            escape(f"{row.reference_experiment} ({level_name(row.reference_level)})"),
-                           escape(describe(row)))
+                           escape(row.pool), escape(describe(row)))
         console.print()
         _print_table(console, "each ablation's comparison (MDE: the smallest true difference this run "
                      "would detect, 95% confidence, 80% power)", versus)

@@ -1,7 +1,8 @@
 """Readers and plots for the results notebook (``notebooks/results.ipynb``).
 
 Everything here reads what the pipeline wrote (``metrics/`` and the data directory), so a
-notebook cell is one call: the comparison table of the evaluated models, the per-domain
+notebook cell is one call: the comparison table of the evaluated models, what each pool can
+detect (its minimum detectable effects), the per-domain
 picture (acceptance per training domain, pass rate per evaluated domain), an example task's
 completion graph, an accepted against a rejected trajectory side by side with the judge's
 per-criterion verdicts, and the training curves. Every reader copes with what a small run
@@ -31,7 +32,7 @@ from interlock.core import schemas
 from interlock.core.config import Params, load_params
 from interlock.core.io import open_table
 from interlock.core.paths import MissingArtifacts, Paths
-from interlock.evaluation.metrics import table_rows
+from interlock.evaluation.metrics import TARGET_MDE, table_rows
 from interlock.judging.verdicts import render_transcript
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.graph import CompletionGraph
@@ -176,6 +177,33 @@ def comparison_table(evaluate: Mapping, digits: int = 3) -> pd.DataFrame:
                                   MISSING if _missing(item.delta_mde) else f"{item.delta_mde:.{digits}f}")
         rows[pool, model] = row
     table = pd.DataFrame.from_dict(rows, orient="index").reindex(columns=columns).fillna(MISSING)
+    table.index = pd.MultiIndex.from_tuples(list(rows), names=["pool", "model"])
+    return table
+
+
+def detectability_table(evaluate: Mapping, digits: int = 3) -> pd.DataFrame:
+    """What each evaluated pool can detect (``summary`` of ``metrics/evaluate.json``): one row per
+    pool x compared model (every model but the reference) with the pool's tasks and attempts, the
+    pass-rate delta against the reference and its paired interval, its minimum detectable effect,
+    the per-task SD of the paired difference, and the tasks the pool would need for an MDE of
+    :data:`~interlock.evaluation.metrics.TARGET_MDE`; ``n/a`` where a pool has too few tasks. No
+    rows for metrics written before ``evaluate.json`` carried the summary."""
+    reference = evaluate.get("reference")
+    delta_column, needed_column = f"Δ task pass rate vs {reference}", f"tasks for an MDE of {TARGET_MDE:.2f}"
+    columns = ["tasks", "attempts", delta_column, "MDE", "per-task SD", needed_column]
+
+    def number(value: float | None) -> str:
+        return MISSING if _missing(value) else f"{value:.{digits}f}"
+
+    rows = {}
+    for pool, summary in evaluate.get("summary", {}).items():
+        for model, delta in summary["deltas"].items():
+            rows[pool, model] = {
+                "tasks": summary["tasks"], "attempts": summary["attempts"],
+                delta_column: _interval(delta["value"], delta["low"], delta["high"], digits, signed=True),
+                "MDE": number(delta["mde"]), "per-task SD": number(delta["per_task_sd"]),
+                needed_column: MISSING if delta["tasks_needed"] is None else str(delta["tasks_needed"])}
+    table = pd.DataFrame.from_dict(rows, orient="index").reindex(columns=columns)
     table.index = pd.MultiIndex.from_tuples(list(rows), names=["pool", "model"])
     return table
 

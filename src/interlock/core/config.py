@@ -255,7 +255,8 @@ class EvalConfig(_Strict):
     name: str
     models: list[str] = Field(min_length=1)
     #: benchmarks registered in interlock.evaluation (:data:`~interlock.core.registry.BENCHMARKS`):
-    #: the built-in pools of admitted tasks (``benchmark``: held-out; ``dev``) and BFCL v4's
+    #: the built-in pools of admitted tasks (``benchmark``: held-out; ``indist``: unseen tasks of
+    #: the training domains; ``dev``) and BFCL v4's
     #: multi-turn categories, one pool each (``bfcl`` is multi_turn_base; sized by
     #: ``scale.evaluation.bfcl_tasks``)
     pools: list[str] = Field(min_length=1)

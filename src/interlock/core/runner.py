@@ -5,8 +5,8 @@
 only the declared parameters (a :class:`ParamsView`) and lets it read only the declared package
 data (:mod:`interlock.core.resources`); anything else is an error, so a stage cannot depend on
 something DVC does not re-run it for. It times the stage, writes the numbers the stage reports to
-its metrics file, logs them to W&B, and turns bad input into one clear line on stderr and exit
-status 1.
+its metrics file with what it resolved as it ran (the backend and dtype of its model), logs both
+to W&B, and turns bad input into one clear line on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def run_stage(name: str, stage: Stage) -> None:
         with StageTimer(paths.timing_of(name)), guarded(declared.check_resource):
             report = stage(view, paths)
             if report is not None:
-                write_json(paths.metrics_of(name), report.metrics)
+                write_json(paths.metrics_of(name), report.record)
     except InterlockError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

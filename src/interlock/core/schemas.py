@@ -144,10 +144,12 @@ def judge_tables(graders: Sequence[str]) -> dict[str, pa.Schema]:
     return {**dict.fromkeys(graders, VERDICTS), "collateral": COLLATERAL}
 
 
-#: a checkpoint's manifest (``manifest.parquet`` beside the weights): one row, no timings
+#: a checkpoint's manifest (``manifest.parquet`` beside the weights): one row, no timings;
+#: ``dtype`` is the stored weights', ``compute_dtype`` what the training that made them computed in
+#: (bfloat16: autocast over fp32 weights; null where no training here made them)
 MODEL_MANIFEST = pa.schema([
     ("name", s), ("source", s), ("origin", s), ("origin_sha256", s), ("architecture", s),
-    ("parameters", i64), ("dtype", s), ("vocab_size", i64), ("max_context", i64),
+    ("parameters", i64), ("dtype", s), ("compute_dtype", s), ("vocab_size", i64), ("max_context", i64),
     ("chat_template_sha256", s), ("notes", s),
     ("files", pa.list_(pa.struct([("path", s), ("bytes", i64), ("sha256", s)]))),
 ])

@@ -7,8 +7,10 @@ A stage returns a :class:`StageReport`; the stage runner (:mod:`interlock.core.r
 - ``group`` = the study: ``tracking.group`` if set, else ``$DVC_EXP_NAME``, else ``workspace``;
 - ``name`` = ``{experiment}-{stage}`` (experiment = ``$DVC_EXP_NAME`` or ``workspace``);
 - ``job_type`` = the stage (``$DVC_STAGE``, else the stage's name);
-- ``config`` = the composed params; summary = the report's metrics, flattened to ``a/b/c`` keys
-  (numbers and booleans only); each report table becomes a ``wandb.Table`` of the same name.
+- ``config`` = the composed params, and beside them what the stage resolved as it ran (the
+  report's ``config``: e.g. the backend and dtype that computed its model, ``runtime``); summary =
+  the report's metrics, flattened to ``a/b/c`` keys (numbers and booleans only); each report table
+  becomes a ``wandb.Table`` of the same name.
 
 Mode: ``$WANDB_MODE`` if set, else ``tracking.mode`` (``offline`` by default). ``disabled`` logs
 nothing and never imports wandb. Runs are written under :func:`wandb_dir`, which stays in the
@@ -64,16 +66,33 @@ class LoggedRun:
 class StageReport:
     """What a stage hands to tracking: summary metrics and optional tables.
 
-    ``metrics`` is what the stage's metrics file holds (``metrics/<stage>.json``). It may nest
-    (``{"rft": {"admitted": 3}}`` is logged as ``rft/admitted``); only numbers (and booleans) go to
-    the W&B summary. ``tables`` maps a table name to its rows, one dict per row (e.g. per-domain or
-    per-benchmark results; a key missing from a row is None there); each becomes a ``wandb.Table``,
-    and a metrics key of the same name is left out of the summary (one table, not hundreds of
-    summary keys).
+    ``metrics`` is what the stage measured. It may nest (``{"rft": {"admitted": 3}}`` is logged as
+    ``rft/admitted``); only numbers (and booleans) go to the W&B summary. ``tables`` maps a table
+    name to its rows, one dict per row (e.g. per-domain or per-benchmark results; a key missing
+    from a row is None there); each becomes a ``wandb.Table``, and a metrics key of the same name
+    is left out of the summary (one table, not hundreds of summary keys).
+
+    ``config`` is what the stage resolved as it ran that its parameters do not say: which backend
+    and dtype computed its model (``{"runtime": ...}``,
+    :func:`~interlock.models.backends.model_runtime`; None where no model ran), so two runs that
+    differ only in it can be told apart. It joins the composed params in the W&B run's config, and
+    the metrics in the stage's metrics file (``metrics/<stage>.json``: :attr:`record`), under keys
+    of its own.
     """
 
     metrics: dict
     tables: dict[str, list[dict]] = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.config.keys() & self.metrics.keys():
+            raise ValueError(f"config keys {sorted(self.config.keys() & self.metrics.keys())} are "
+                             f"metrics keys too")
+
+    @property
+    def record(self) -> dict:
+        """What the stage's metrics file holds: the metrics, then the config."""
+        return {**self.metrics, **self.config}
 
 
 # --- what a run is called and where it goes ------------------------------------------------------
@@ -202,7 +221,7 @@ def log_stage(params: Params, stage: str, report: StageReport | None, *,
     run = wandb.init(project=config.project, entity=config.entity,
                      group=config.group or experiment, name=f"{experiment}-{stage}",
                      job_type=os.environ.get("DVC_STAGE") or stage,
-                     config=params.model_dump(mode="json"), dir=str(base),
+                     config={**params.model_dump(mode="json"), **report.config}, dir=str(base),
                      settings=_settings(mode), reinit="create_new")
     exit_code = 1
     try:

@@ -6,9 +6,12 @@ from dataclasses import dataclass
 
 from interlock.core.errors import InterlockError
 
-#: task pools: ``demo``, ``rft`` and ``dev`` come from training domains, ``benchmark`` from
-#: held-out ones; every blueprint belongs to exactly one
-TRAIN_POOLS = ("demo", "rft", "dev")
+#: the in-distribution evaluation pool: unseen tasks of the training domains, which nothing trains
+#: or tunes on (whether RFT learned what it trained on, apart from whether it transfers)
+INDIST_POOL = "indist"
+#: task pools: ``demo``, ``rft``, ``dev`` and ``indist`` come from training domains, ``benchmark``
+#: from held-out ones; every blueprint belongs to exactly one
+TRAIN_POOLS = ("demo", "rft", "dev", INDIST_POOL)
 HELDOUT_POOLS = ("benchmark",)
 POOLS = TRAIN_POOLS + HELDOUT_POOLS
 

@@ -56,10 +56,11 @@ then takes the name (docs/authoring.md).
   first failing one, ``completion_gap`` = None.
 
 **The built-in benchmark** (:class:`AdmittedPool`): the admitted tasks of one pool. ``benchmark``
-holds only held-out domains, which never enter the synthesis pools, the demonstrations or RFT;
-``dev`` (training domains) is the only pool anything may be tuned on. Episodes run through the
-rollout engine on the task workspaces; grading is the agent judge's compiled checks (the ground
-truth; no model).
+holds only held-out domains, which never enter the synthesis pools, the demonstrations or RFT
+(transfer); ``indist`` holds unseen tasks of the training domains, which nothing trains or tunes
+on (whether RFT learned what it trained on); ``dev`` (training domains) is the only pool anything
+may be tuned on. Episodes run through the rollout engine on the task workspaces; grading is the
+agent judge's compiled checks (the ground truth; no model).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ from interlock.synthesis.catalog import Catalog
 from interlock.synthesis.tasks import TaskContext, admitted_tasks, load_domains
 
 #: the built-in pools, and the split their domains must come from
-BUILTIN_POOLS = {"dev": "train", "benchmark": "heldout"}
+BUILTIN_POOLS = {"dev": "train", "benchmark": "heldout", "indist": "train"}
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,8 @@ class AdmittedPool:
 
     @classmethod
     def from_paths(cls, paths: Paths, catalog: Catalog, pool: str, **options) -> AdmittedPool:
-        """The admitted tasks of ``pool`` (``dev`` or ``benchmark``); the domains of every task are
-        checked to come from the pool's split (held-out for ``benchmark``)."""
+        """The admitted tasks of ``pool`` (``dev``, ``benchmark`` or ``indist``); the domains of every
+        task are checked to come from the pool's split (held-out for ``benchmark``)."""
         if pool not in BUILTIN_POOLS:
             raise InterlockError(f"unknown evaluation pool {pool!r}; choose from {', '.join(BUILTIN_POOLS)}",
                                  field="eval.pools")
@@ -215,6 +216,7 @@ class AdmittedPool:
 
 @BENCHMARKS.register("dev")
 @BENCHMARKS.register("benchmark")
+@BENCHMARKS.register("indist")
 def admitted_pool(name: str, params: Params, paths: Paths) -> AdmittedPool:
     """The admitted tasks of a built-in pool, played under the run's episode rules."""
     return AdmittedPool.from_paths(paths, load_domains(paths.domains), name,

@@ -65,6 +65,12 @@ bootstrap replicates, ``(z_{1-alpha/2} + z_power) * SE`` with SE their standard 
 alpha 0.05 and power 0.8, about 2.80 SE). A delta whose interval covers 0 says "no difference
 found"; its ``mde`` says how large a difference would have been found. :func:`tasks_needed`
 turns it around: the held-out tasks a comparison needs to detect a given effect.
+
+**Detectability per pool** (:func:`detectability`, ``summary.<pool>`` in ``metrics/evaluate.json``):
+the pool's tasks and attempts and, per model against the reference, the pass-rate delta with its
+``mde``, the per-task SD of the paired difference and the tasks the pool would need for an MDE of
+:data:`TARGET_MDE`: whether a pool (the held-out ``benchmark``, the in-distribution ``indist``)
+can show a difference at all.
 """
 
 from __future__ import annotations
@@ -102,6 +108,9 @@ BINARY_RATES = ("pass_rate", "primary_pass_rate", "completion_gap_rate")
 DIGITS = 6
 #: the two-sided significance level and the power a minimum detectable effect is stated at
 MDE_ALPHA, MDE_POWER = 0.05, 0.8
+#: the minimum detectable effect a pool's :func:`detectability` counts the tasks needed for (10
+#: points of pass rate)
+TARGET_MDE = 0.10
 
 
 @dataclass(frozen=True)
@@ -350,6 +359,11 @@ def task_values(rows: Sequence[dict], column: str, tasks: Sequence[str]) -> np.n
     return np.array([[sums[s, t] / counts[s, t] for t in tasks] for s in seeds] or [[]], dtype=float)
 
 
+def pool_tasks(rows_by_model: Mapping[str, Sequence[dict]]) -> list[str]:
+    """The sorted task ids of a pool: those of the reference model (the first)."""
+    return sorted({r["task_id"] for r in next(iter(rows_by_model.values()))})
+
+
 def summarize_pool(rows_by_model: Mapping[str, Sequence[dict]], *, pool: str, seed: int, resamples: int,
                    confidence: float) -> dict:
     """Metrics of every model on one pool, with intervals, and deltas against the first model.
@@ -360,7 +374,7 @@ def summarize_pool(rows_by_model: Mapping[str, Sequence[dict]], *, pool: str, se
     if not models:
         raise InterlockError("no models to summarize", item=pool)
     reference = models[0]
-    tasks = sorted({r["task_id"] for r in rows_by_model[reference]})
+    tasks = pool_tasks(rows_by_model)
     for model in models[1:]:
         own = {r["task_id"] for r in rows_by_model[model]}
         if own != set(tasks):
@@ -389,6 +403,37 @@ def summarize_pool(rows_by_model: Mapping[str, Sequence[dict]], *, pool: str, se
                                  draws[reference])
             for metric, v in values[model].items() if v is not None and values[reference][metric] is not None}
     return summary
+
+
+def detectability(rows_by_model: Mapping[str, Sequence[dict]], summary: Mapping, attempts: int) -> dict:
+    """How large a pass-rate difference one pool can show: its ``tasks`` and ``attempts``, and under
+    ``deltas``, per model but the reference (the first), its pass-rate delta against the reference
+    from the pool's :func:`summarize_pool` ``summary`` (``value``, ``low``, ``high``, ``mde``), with
+
+    - ``per_task_sd``: the standard deviation over tasks (``ddof=1``) of the per-task paired
+      difference, each task's pass rate (over its attempts and, for a model with several seeds,
+      its seeds) minus the reference's;
+    - ``tasks_needed``: the tasks the pool would need for an MDE of :data:`TARGET_MDE`
+      (:func:`tasks_needed` of that SD, at the pool's own attempts, at which it was measured).
+
+    Both are None for a pool of fewer than two tasks (no spread to measure). Where the two models
+    agree on every task (both pass nothing, say) the SD is 0 and ``tasks_needed`` 1, like an
+    ``mde`` of 0: the pool measured no spread to size a comparison by, not that one task would do."""
+    tasks = pool_tasks(rows_by_model)
+    reference, *models = rows_by_model
+
+    def pass_rates(model: str) -> np.ndarray:  # per task, over its attempts and seeds
+        return task_values(rows_by_model[model], "passed", tasks).mean(axis=0)
+
+    out: dict = {"tasks": summary["tasks"], "attempts": attempts, "target_mde": TARGET_MDE, "deltas": {}}
+    for model in models:
+        delta = summary["deltas"][model]["pass_rate"]
+        spread = (float(np.std(pass_rates(model) - pass_rates(reference), ddof=1)) if len(tasks) > 1
+                  else None)
+        out["deltas"][model] = {key: delta[key] for key in ("value", "low", "high", "mde")} | {
+            "per_task_sd": None if spread is None else _number(spread),
+            "tasks_needed": None if spread is None else tasks_needed(spread, TARGET_MDE)}
+    return out
 
 
 def domain_rows(rows_by_model: Mapping[str, Sequence[dict]], pool: str) -> list[dict]:

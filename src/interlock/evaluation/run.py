@@ -28,7 +28,7 @@ from interlock.core.backend import ChatBackend
 from interlock.core.errors import InterlockError
 from interlock.core.io import fingerprint, iter_row_groups, read_rows, write_table, write_table_set
 from interlock.evaluation.benchmarks import Benchmark, RunSettings
-from interlock.evaluation.metrics import domain_rows, model_rows, summarize_pool, table_rows
+from interlock.evaluation.metrics import detectability, domain_rows, model_rows, summarize_pool, table_rows
 from interlock.rollout.trajectory import Trajectory
 
 
@@ -191,13 +191,14 @@ def _summarize(models: Sequence[Model], benchmarks: Sequence[Benchmark],
                confidence: float) -> Evaluation:
     names = list(dict.fromkeys(m.name for m in models))  # a model's seeds are one entry
     metrics: dict = {"models": names, "reference": names[0], "attempts": settings.attempts,
-                     "bootstrap": resamples, "confidence": confidence, "pools": {}}
+                     "bootstrap": resamples, "confidence": confidence, "pools": {}, "summary": {}}
     evaluation = Evaluation(metrics)
     for benchmark in benchmarks:
         by_model = results[benchmark.name]
         summary = summarize_pool(by_model, pool=benchmark.name, seed=settings.seed, resamples=resamples,
                                  confidence=confidence)
         metrics["pools"][benchmark.name] = summary
+        metrics["summary"][benchmark.name] = detectability(by_model, summary, settings.attempts)
         evaluation.model_rows += model_rows(benchmark.name, summary)
         evaluation.domain_rows += domain_rows(by_model, benchmark.name)
         evaluation.table_rows += table_rows(benchmark.name, summary)
@@ -244,7 +245,7 @@ def checkpoint_models(names: Sequence[str], models_dir: Path, backbone) -> list[
     """The checkpoints ``models_dir/<name>`` as evaluated models (backend from ``backbone``, a
     :class:`~interlock.core.config.BackboneConfig`); a folder of per-seed checkpoints (``rft/seed-0``
     ...) is one model with several seeds. Every one is checked to exist before anything runs."""
-    from interlock.models.backends import make_backend
+    from interlock.models.backends import make_backend, model_runtime
     from interlock.models.checkpoint import read_manifest, seed_checkpoints
 
     found = {name: seed_checkpoints(Path(models_dir) / name) for name in names}
@@ -257,14 +258,15 @@ def checkpoint_models(names: Sequence[str], models_dir: Path, backbone) -> list[
                 f"it is made by the `{stage}` stage (`dvc repro {stage}`)" if stage else
                 f"no stage of the pipeline makes {name!r}: put a checkpoint there or remove it"))
         raise InterlockError("; ".join(lines), file=str(Path(models_dir) / missing[0]), field="eval.models")
-    backend_identity = {"name": backbone.name, "backend": backbone.backend, "gguf": backbone.gguf,
-                        "dtype": backbone.dtype,
-                        "max_context": backbone.max_context, "generation": backbone.generation.model_dump()}
+    settings = {"name": backbone.name, "max_context": backbone.max_context,
+                "generation": backbone.generation.model_dump()}
     models = []
     for name in names:
         for seed, checkpoint in found[name].items():
             policy = f"{backbone.name}/{name}" + ("" if seed is None else f"/seed-{seed}")
+            # the backend and the dtype it resolves to (auto: measured) are part of what is evaluated
+            runtime = model_runtime(backbone, "generate", checkpoint)
             models.append(Model(name, lambda checkpoint=checkpoint: make_backend(backbone, checkpoint),
                                 policy=policy, seed=seed, identity={"manifest": read_manifest(checkpoint),
-                                                                    "backbone": backend_identity}))
+                                                                    "backbone": {**settings, **runtime}}))
     return models

@@ -334,8 +334,9 @@ one). TRL's `SFTTrainer` has no per-example weight and ignores `weight` and `los
 ## What it excludes
 
 Every row was checked at export to be an `rft` task of a training domain. So it holds nothing from
-the `demo` pool (the oracle demonstrations of the warm start), the `dev` pool, the `benchmark` pool
-or the catalog's {len(heldout)} held-out domains (`excluded_domains` in the header).
+the `demo` pool (the oracle demonstrations of the warm start), the `dev` pool, the `indist` pool
+(unseen tasks of the training domains, evaluated in-distribution), the `benchmark` pool or the
+catalog's {len(heldout)} held-out domains (`excluded_domains` in the header).
 
 Left out of the export, each with the reason:{left}
 

@@ -42,7 +42,7 @@ from interlock.intervention.shift import FilterDecision, filter_corrections, nll
 from interlock.judging.agent import AgentJudge
 from interlock.judging.stage import iter_trajectories
 from interlock.judging.verdicts import accepted
-from interlock.models.backends import make_backend
+from interlock.models.backends import make_backend, model_runtime
 from interlock.rollout.engine import EpisodeLimits, RolloutLimits
 from interlock.rollout.runs import run_rollouts
 from interlock.rollout.trajectory import Trajectory
@@ -78,9 +78,11 @@ def read_failed(verdicts: Path, rollout_ids: set[str],
 
 def run_intervention(trajectories: Path, verdicts: Path, accepted_ids: set[str],
                      tasks: dict[str, TaskContext], *, config: InterventionConfig, roles: Roles,
-                     checkpoint: Path, max_context: int, limits: RolloutLimits, work: Path, run_id: str,
-                     batch_size: int, judge: AgentJudge) -> tuple[list[dict], dict, dict[str, list[dict]]]:
-    """Diagnose, correct, verify, filter and weigh every rejected rollout; return the interventions
+                     checkpoint: Path, scorer_dtype: str, max_context: int, limits: RolloutLimits, work: Path,
+                     run_id: str, batch_size: int,
+                     judge: AgentJudge) -> tuple[list[dict], dict, dict[str, list[dict]]]:
+    """Diagnose, correct, verify, filter and weigh every rejected rollout (the corrections and the
+    policy's own turns scored under ``checkpoint`` in ``scorer_dtype``); return the interventions
     table's rows, the metrics and the plots' rows (by domain; NLL histograms and threshold)."""
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
@@ -114,7 +116,7 @@ def run_intervention(trajectories: Path, verdicts: Path, accepted_ids: set[str],
         own, reference_kind = [(t, 0) for t in rollouts], "rollouts"
     # one load of the checkpoint scores the corrected turns and the policy's own
     fixes = [(corrected[c.rollout_id], len(c.prefix)) for c in passing]
-    scores = _nll(checkpoint, [*fixes, *own], max_context)
+    scores = _nll(checkpoint, scorer_dtype, [*fixes, *own], max_context)
     nll = dict(zip([c.rollout_id for c in passing], scores[:len(passing)], strict=True))
     reference = [x for x in scores[len(passing):] if x is not None]
     scored = [rid for rid, x in nll.items() if x is not None]
@@ -140,12 +142,14 @@ def run_intervention(trajectories: Path, verdicts: Path, accepted_ids: set[str],
     return rows, metrics, plots
 
 
-def _nll(checkpoint: Path, items: list[tuple[Trajectory, int]], max_context: int) -> list[float | None]:
-    """Mean token NLL under ``checkpoint`` of each trajectory's assistant turns from message ``n`` on."""
+def _nll(checkpoint: Path, dtype: str, items: list[tuple[Trajectory, int]],
+         max_context: int) -> list[float | None]:
+    """Mean token NLL under ``checkpoint`` (in ``dtype``) of each trajectory's assistant turns from
+    message ``n`` on."""
     if not items:
         return []
     return checkpoint_nll(checkpoint, [([m.to_dict() for m in t.messages], n) for t, n in items],
-                          max_length=max_context)
+                          max_length=max_context, dtype=dtype)
 
 
 def _corrections(cases: Sequence[Case], corrector: ChatBackend, label: str, limits: RolloutLimits, work: Path,
@@ -279,11 +283,16 @@ def intervene(params: Params, paths: Paths) -> StageReport:
         write_plots(paths, {})
         print("intervene: intervention=none: nothing corrected (rejection sampling alone)")
         return StageReport({"intervention": "none", "failed": 0, "kept": 0,
-                            "message": "intervention=none: rejection sampling alone"})
+                            "message": "intervention=none: rejection sampling alone"},
+                           config={"runtime": None, "scorer_runtime": None})
     policy = params.scale.rollouts.policy
     tasks = {t.task_id: t for t in admitted_tasks(paths, load_domains(paths.domains), "rft")}
     roles = _roles(params, paths)
-    backbone = params.backbone
+    backbone, checkpoint = params.backbone, paths.model(policy)
+    # what ran the critic or corrector (None: the scripted programs) and the shift filter's scorer
+    scripted = roles.critic is None and roles.corrector is None
+    resolved = {"runtime": None if scripted else model_runtime(backbone, "generate", checkpoint),
+                "scorer_runtime": model_runtime(backbone, "generate", checkpoint, backend="transformers")}
     run_id = fingerprint(params.seed, config.model_dump(), backbone.name,
                          backbone.backend, backbone.gguf, backbone.dtype, backbone.max_context,
                          backbone.generation.model_dump(), params.scale.rollouts.model_dump())
@@ -295,11 +304,12 @@ def intervene(params: Params, paths: Paths) -> StageReport:
     with AgentJudge(episode=EpisodeLimits.of(params.scale.rollouts)) as judge:
         rows, metrics, plots = run_intervention(
             paths.trajectories, verdicts, _accepted_ids(paths.accepted_table), tasks, config=config,
-            roles=roles, checkpoint=paths.model(policy), max_context=backbone.max_context,
+            roles=roles, checkpoint=checkpoint, scorer_dtype=resolved["scorer_runtime"]["resolved_dtype"],
+            max_context=backbone.max_context,
             limits=RolloutLimits.of(params.scale.rollouts, backbone.generation),
             work=paths.interventions_work, run_id=run_id, batch_size=params.scale.rollouts.batch_size,
             judge=judge)
     write_table(paths.interventions_table, rows, schemas.INTERVENTIONS)
     write_plots(paths, plots)
     print(f"intervene: {metrics['message']}")
-    return StageReport(metrics, tables={"by_domain": plots["domains"]})
+    return StageReport(metrics, tables={"by_domain": plots["domains"]}, config=resolved)

@@ -40,7 +40,7 @@ from interlock.judging.judges import DEFAULT_EPISODE, TRUTH, JudgeContext
 from interlock.judging.metrics import JudgeStats
 from interlock.judging.sandbox import scratch_base
 from interlock.judging.verdicts import Judgement
-from interlock.models.backends import make_backend
+from interlock.models.backends import make_backend, model_runtime
 from interlock.rollout.engine import EpisodeLimits, WorkspaceEnvironment, reenacted_trajectory
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.packs import TaskPack
@@ -243,9 +243,11 @@ def judge(params: Params, paths: Paths) -> StageReport:
     """Both judges grade the policy's rollouts (what ``accept`` keeps) and the review's validation
     rollouts (a pool with a known completion gap, to measure the judges on). The ``judge`` choice is
     not read here: it only decides whose verdicts ``accept`` uses."""
-    model = None
+    model = runtime = None
     if params.scale.judging.backend == "model":
-        model = make_backend(params.backbone, paths.model(params.scale.rollouts.policy))
+        checkpoint = paths.model(params.scale.rollouts.policy)
+        model = make_backend(params.backbone, checkpoint)
+        runtime = model_runtime(params.backbone, "generate", checkpoint)
     # the rules the rollouts and the review's validation rollouts were both played under
     options = {"graders": params.judge.graders,
                "context": JudgeContext(backend=model, episode=EpisodeLimits.of(params.scale.rollouts),
@@ -260,7 +262,7 @@ def judge(params: Params, paths: Paths) -> StageReport:
                   f"{judged['rollouts_per_second']} rollouts/s, {judged['output_tokens']} output tokens, "
                   f"false accepts {rates.get('false_accept_rate')}, "
                   f"false rejects {rates.get('false_reject_rate')}")
-    return StageReport(metrics)
+    return StageReport(metrics, config={"runtime": runtime})
 
 
 def accept(params: Params, paths: Paths) -> StageReport:

@@ -20,12 +20,39 @@ from interlock.core.backend import ChatBackend
 from interlock.core.config import BackboneConfig
 from interlock.core.errors import InterlockError
 from interlock.core.registry import BACKENDS
+from interlock.models.dtype import resolve_dtype
 
 
 class BackendFactory(Protocol):
     def __call__(self, backbone: BackboneConfig, checkpoint: Path) -> ChatBackend: ...
 
 
+#: the backends that run the checkpoint in torch, in the dtype ``backbone.dtype`` resolves to
+TORCH_BACKENDS = ("transformers", "vllm")
+
+
+def model_runtime(backbone: BackboneConfig, workload: str, checkpoint: Path, *,
+                  backend: str | None = None) -> dict:
+    """What computes a model's ``workload`` (``generate`` or ``train``) on ``checkpoint``, as a
+    stage records it (its metrics and W&B config): ``backend`` (default the configured one; the
+    trainer and the intervention scorer run the checkpoint through ``transformers`` whatever it
+    is), ``dtype`` as configured and ``resolved_dtype``, the dtype it computes in. That is
+    ``backbone.dtype`` resolved (:func:`~interlock.models.dtype.resolve_dtype`) where torch runs
+    the model: on the CPU for the transformers backend, on the GPU where there is one for vllm
+    and for training. llamacpp computes in its GGUF's precision (``gguf``; ``backbone.dtype`` does
+    not apply: no resolved dtype), openai and other backends in what their servers or authors
+    chose (None). The torch backends load in this dtype, so the record is what runs."""
+    backend = backend or backbone.backend
+    record = {"backend": backend, "dtype": backbone.dtype, "resolved_dtype": None}
+    if backend == "llamacpp":
+        record["gguf"] = backbone.gguf
+    elif backend in TORCH_BACKENDS:
+        import torch
+
+        gpu = (backend == "vllm" or workload == "train") and torch.cuda.is_available()
+        record["resolved_dtype"] = resolve_dtype(backbone.dtype, workload, checkpoint,
+                                                 device="cuda" if gpu else "cpu")
+    return record
 
 
 def make_backend(backbone: BackboneConfig, checkpoint: Path) -> ChatBackend:

@@ -57,11 +57,14 @@ def sha256(path: Path) -> str:
 
 def save_checkpoint(model, tokenizer, out_dir: Path | str, *, source: str, origin: str, max_context: int,
                     name: str | None = None, origin_sha256: str = "", notes: str = "",
+                    compute_dtype: str | None = None,
                     tables: dict[str, tuple[list[dict], pa.Schema]] | None = None) -> Path:
     """Save ``model`` (safetensors, and GGUF for llama.cpp in each of :data:`GGUF_FILES`'
     precisions) and ``tokenizer`` with the project chat template, any extra Parquet ``tables``
     (file name -> rows, schema), then the manifest, atomically into ``out_dir``. A model whose
-    architecture has no GGUF export says so in the manifest's notes."""
+    architecture has no GGUF export says so in the manifest's notes. ``compute_dtype``: the dtype
+    training computed in (bfloat16: autocast over the fp32 weights the manifest's ``dtype``
+    names); None for weights no training here made."""
     out_dir = Path(out_dir)
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.model_max_length = max_context
@@ -76,12 +79,13 @@ def save_checkpoint(model, tokenizer, out_dir: Path | str, *, source: str, origi
         for file_name, (rows, schema) in (tables or {}).items():
             write_table(tmp / file_name, rows, schema)
         write_manifest(tmp, model, tokenizer, name=name or out_dir.name, source=source, origin=origin,
-                       max_context=max_context, origin_sha256=origin_sha256, notes=notes)
+                       max_context=max_context, origin_sha256=origin_sha256, notes=notes,
+                       compute_dtype=compute_dtype)
     return out_dir
 
 
 def write_manifest(folder: Path, model, tokenizer, *, name: str, source: str, origin: str, max_context: int,
-                   origin_sha256: str = "", notes: str = "") -> dict:
+                   origin_sha256: str = "", notes: str = "", compute_dtype: str | None = None) -> dict:
     files = [{"path": p.relative_to(folder).as_posix(), "bytes": p.stat().st_size, "sha256": sha256(p)}
              for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST]
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
@@ -93,6 +97,7 @@ def write_manifest(folder: Path, model, tokenizer, *, name: str, source: str, or
                                   "num_key_value_heads": model.config.num_key_value_heads,
                                   "intermediate_size": model.config.intermediate_size}),
            "parameters": sum(p.numel() for p in model.parameters()), "dtype": dtype,
+           "compute_dtype": compute_dtype,
            "vocab_size": len(tokenizer), "max_context": max_context,
            "chat_template_sha256": hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest(), "notes": notes,
            "files": files}
@@ -123,11 +128,25 @@ def weights_sha256(folder: Path | str) -> str:
     return next((f["sha256"] for f in read_manifest(folder)["files"] if f["path"] == "model.safetensors"), "")
 
 
+#: the manifest's columns before it recorded the compute dtype of training (issue 27)
+_MANIFEST_BEFORE_COMPUTE_DTYPE = schemas.MODEL_MANIFEST.remove(
+    schemas.MODEL_MANIFEST.get_field_index("compute_dtype"))
+
+
 def read_manifest(folder: Path | str) -> dict:
+    """A checkpoint's manifest. One written before manifests recorded the compute dtype of
+    training reads as it would be written now: a fine-tuning then computed in float32, and weights
+    from elsewhere have none."""
     path = Path(folder) / MANIFEST
     if not path.exists():
         raise InterlockError("no manifest: not a checkpoint written by interlock", file=str(path))
-    return read_rows(path, schemas.MODEL_MANIFEST)[0]
+    try:
+        return read_rows(path, schemas.MODEL_MANIFEST)[0]
+    except InterlockError as error:
+        if (error.field, error.reason) != ("compute_dtype", "column missing"):
+            raise
+    row = read_rows(path, _MANIFEST_BEFORE_COMPUTE_DTYPE)[0]
+    return {**row, "compute_dtype": "float32" if row["source"] == "finetuned" else None}
 
 
 def verify_checkpoint(folder: Path | str) -> list[str]:

@@ -10,9 +10,12 @@ is bf16 where the device supports it.
 
 The probe takes a second or two and its answer is kept per machine (CPU model and flags, torch
 version and thread count, the shapes) in ``$XDG_CACHE_HOME/interlock/dtype-probe.json``, so
-every stage on one machine resolves ``auto`` the same way. The transformers and vllm backends
-resolve ``auto`` when they load; the ``train`` workload is for the trainer's autocast, which
-does not read it yet, and stage metrics still record the dtype as configured (issue 27).
+every stage on one machine resolves ``auto`` the same way. Everything that runs a model resolves
+it through :func:`interlock.models.backends.model_runtime`: the transformers and vllm backends
+(and the intervention scorer) when they load, for ``generate``; the trainer for ``train``, where
+bf16 means autocast over fp32 weights (:mod:`interlock.training.trainer`). The record that
+function returns (backend, configured and resolved dtype) goes into the metrics and the W&B config
+of every stage that runs a model, and training's compute dtype into the checkpoint's manifest.
 """
 
 from __future__ import annotations

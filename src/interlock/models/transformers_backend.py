@@ -51,7 +51,7 @@ import torch
 
 from interlock.core.config import BackboneConfig
 from interlock.core.registry import BACKENDS
-from interlock.models.dtype import resolve_dtype
+from interlock.models.backends import model_runtime
 from interlock.models.local import LocalBackend, Row, common_prefix
 
 
@@ -312,5 +312,5 @@ class TransformersBackend(LocalBackend):
 
 @BACKENDS.register("transformers")
 def build(backbone: BackboneConfig, checkpoint: Path) -> TransformersBackend:
-    return TransformersBackend(checkpoint, dtype=resolve_dtype(backbone.dtype, "generate", checkpoint),
-                               max_context=backbone.max_context)
+    dtype = model_runtime(backbone, "generate", checkpoint)["resolved_dtype"]
+    return TransformersBackend(checkpoint, dtype=dtype, max_context=backbone.max_context)

@@ -32,8 +32,8 @@ from pathlib import Path
 from interlock.core.backend import ChatRequest, Completion, EpisodeTask
 from interlock.core.config import BackboneConfig
 from interlock.core.registry import BACKENDS
+from interlock.models.backends import model_runtime
 from interlock.models.chat_template import prompt_token_ids, stop_token_ids
-from interlock.models.dtype import resolve_dtype
 
 #: GiB of KV cache on a CPU unless $VLLM_CPU_KVCACHE_SPACE says otherwise
 CPU_KV_CACHE_GIB = 2
@@ -92,8 +92,5 @@ class VLLMBackend:
 
 @BACKENDS.register("vllm")
 def build(backbone: BackboneConfig, checkpoint: Path) -> VLLMBackend:
-    import torch
-
-    dtype = resolve_dtype(backbone.dtype, "generate", checkpoint,
-                          device="cuda" if torch.cuda.is_available() else "cpu")
+    dtype = model_runtime(backbone, "generate", checkpoint)["resolved_dtype"]
     return VLLMBackend(str(checkpoint), dtype=dtype, max_model_len=backbone.max_context)

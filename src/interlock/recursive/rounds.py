@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from interlock.core.seeds import stable_seed
+from interlock.core.types import POOLS
 from interlock.recursive.operators import OPERATORS, NotApplicable, Operator
 from interlock.recursive.similarity import SimilarityIndex, TaskSignature, task_signature
 from interlock.recursive.validation import Checked, Task, compile_task, validate
@@ -33,6 +34,10 @@ from interlock.synthesis.catalog import Catalog
 SAMPLERS = ("uniform", "novelty")
 #: the first word of a rejection's reason; anything else is one of the reviews' or controls' reasons
 REJECTION_KINDS = ("not applicable", "compile", "conformance", "oracle", "duplicate", "novelty")
+#: the pools no child may be a near duplicate of: all but rft, the pool the children join
+GUARDED_POOLS = tuple(pool for pool in POOLS if pool != "rft")
+NEAR_DUPLICATE = ("duplicate: the child is a near duplicate (the same up to words) of a "
+                  f"{', '.join(GUARDED_POOLS[:-1])} or {GUARDED_POOLS[-1]} task")
 
 
 @dataclass(frozen=True)
@@ -143,11 +148,12 @@ class Pool:
         self.members = [Member.of(t.blueprint, 0, task_signature(t.graph, t.pack)) for t in seeds]
         taken = list(taken)
         #: every task's content (no child may repeat one) and every other pool's content up to words
-        #: (no child may be a near duplicate of a dev or benchmark task; within rft, a rewrite that
-        #: changes only words, such as a routing change, is a new task)
+        #: (no child may be a near duplicate of a :data:`GUARDED_POOLS` task, the evaluation pools
+        #: among them; within rft, a rewrite that changes only words, such as a routing change, is a
+        #: new task)
         self.fingerprints: set[str] = ({b.fingerprint for b in taken}
                                        | {t.blueprint.fingerprint for t in seeds})
-        self.skeletons: set[str] = {b.skeleton for b in taken if b.pool != "rft"}
+        self.skeletons: set[str] = {b.skeleton for b in taken if b.pool in GUARDED_POOLS}
         self._compiled: dict[str, Task] = {t.blueprint.task_id: t for t in seeds}
         self.index = SimilarityIndex()
         for member in self.members:
@@ -229,7 +235,7 @@ def attempt(pool: Pool, operator: Operator, parents: Sequence[Member], round_num
     if not reason and rewrite.child.fingerprint in pool.fingerprints:
         reason = "duplicate: the child's content is already a task's"
     if not reason and rewrite.child.skeleton in pool.skeletons:
-        reason = "duplicate: the child is a near duplicate (the same up to words) of a dev or benchmark task"
+        reason = NEAR_DUPLICATE
     if reason:
         return Candidate(round_number, index, operator.name, names, task_id, checked, reason)
     signature = task_signature(checked.task.graph, checked.task.pack)

@@ -95,7 +95,7 @@ def _execution_gate(gate: ExecutionGate, catalog: Catalog, graphs: list[Completi
 
 
 def review(params: Params, paths: Paths) -> StageReport:
-    solver, policy = solver_backend(params.scale.validation.solver, params, paths.base_model, "base")
+    solver, policy, runtime = solver_backend(params.scale.validation.solver, params, paths.base_model, "base")
     limits = RolloutLimits.of(params.scale.rollouts, params.backbone.generation)
     with AgentJudge(episode=limits.episode) as judge:
         gate = ExecutionGate(solver, judge, policy=policy, seed=params.seed, limits=limits)
@@ -106,4 +106,4 @@ def review(params: Params, paths: Paths) -> StageReport:
             continue
         print(f"review: {pool}: {counts['admitted']} of {counts['tasks']} admitted "
               f"({counts['validation_passed']} validation rollouts passed)")
-    return StageReport(metrics=summary)
+    return StageReport(metrics=summary, config={"runtime": runtime})

@@ -32,7 +32,7 @@ def demos(params: Params, paths: Paths) -> StageReport:
 def rollouts(params: Params, paths: Paths) -> StageReport:
     backbone, config = params.backbone, params.scale.rollouts
     checkpoint = paths.model(config.policy)
-    backend, policy = solver_backend(config.solver, params, checkpoint, config.policy)
+    backend, policy, runtime = solver_backend(config.solver, params, checkpoint, config.policy)
     noisy = params.scale.validation if config.solver == "noisy" else None
     # names the resumable parts: a run under other settings starts afresh
     run_id = fingerprint(params.seed, config.model_dump(), backbone.name, backbone.backend, backbone.gguf,
@@ -47,4 +47,4 @@ def rollouts(params: Params, paths: Paths) -> StageReport:
                            timings=paths.rollout_timings, work=paths.rollouts_work, run_id=run_id,
                            batch_size=config.batch_size)
     print(f"rollouts: {summary['episodes']} episodes, {summary['finish_reasons']}")
-    return StageReport(summary)
+    return StageReport(summary, config={"runtime": runtime})

@@ -1,8 +1,8 @@
 """Task blueprints: per domain and pool, seeded entities and parameters for one task each.
 
-Pools (``demo``, ``rft``, ``dev`` from training domains, ``benchmark`` from held-out ones) are a
-column of the blueprint, and :func:`check_pools` refuses a task shared between pools or a near
-duplicate across them.
+Pools (``demo``, ``rft``, ``dev``, ``indist`` from training domains, ``benchmark`` from held-out
+ones) are a column of the blueprint, and :func:`check_pools` refuses a task shared between pools or
+a near duplicate across them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from functools import cached_property
 from interlock.core.errors import InterlockError
 from interlock.core.io import dumps, loads
 from interlock.core.seeds import stable_seed
-from interlock.core.types import HELDOUT_POOLS, TRAIN_POOLS, TaskSize
+from interlock.core.types import HELDOUT_POOLS, INDIST_POOL, TRAIN_POOLS, TaskSize
 from interlock.synthesis.catalog import Catalog, Domain
 from interlock.synthesis.kinds.couplings import COUPLING_KINDS
 from interlock.synthesis.kinds.decisions import DECISION_KINDS, Row
@@ -187,13 +187,19 @@ def _options_of(options: list[Row], row: Row) -> list[Row]:
 
 def generate_blueprints(catalog: Catalog, *, seed: int, train_domains: int, heldout_domains: int,
                         tasks_per_domain: dict[str, int], size: TaskSize) -> Iterator[Blueprint]:
-    """Every blueprint of a scale, in a fixed order; near duplicates are re-drawn, not kept."""
-    plan = [(d, pool) for d in select_domains(catalog, "train", train_domains, seed)
-            for pool in TRAIN_POOLS]
-    plan += [(d, "benchmark") for d in select_domains(catalog, "heldout", heldout_domains, seed)]
+    """Every blueprint of a scale, in a fixed order; near duplicates are re-drawn, not kept (a pool
+    ``tasks_per_domain`` leaves out draws none).
+
+    The ``indist`` pool is drawn last, after the benchmark: a redraw depends on every task drawn
+    before it, so drawing it last leaves every other pool's blueprints as they were without it."""
+    train = select_domains(catalog, "train", train_domains, seed)
+    plan = [(d, pool) for d in train for pool in TRAIN_POOLS if pool != INDIST_POOL]
+    plan += [(d, pool) for d in select_domains(catalog, "heldout", heldout_domains, seed)
+             for pool in HELDOUT_POOLS]
+    plan += [(d, INDIST_POOL) for d in train]
     seen: set[str] = set()
     for domain, pool in plan:
-        for index in range(tasks_per_domain[pool]):
+        for index in range(tasks_per_domain.get(pool, 0)):
             for attempt in range(100):
                 task_seed = stable_seed(seed, domain.id, pool, index, attempt)
                 blueprint = make_blueprint(domain, pool, index, size, task_seed)

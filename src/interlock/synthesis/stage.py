@@ -14,7 +14,7 @@ from interlock.core.config import Params
 from interlock.core.io import batched, count_rows, dumps, write_row_groups, write_table, write_table_set
 from interlock.core.paths import Paths
 from interlock.core.runner import task_progress
-from interlock.core.types import TaskSize
+from interlock.core.types import TRAIN_POOLS, TaskSize
 from interlock.synthesis.blueprints import PoolCheck, generate_blueprints
 from interlock.synthesis.catalog import Catalog, Domain, load_catalog
 from interlock.synthesis.graph import build_graph, graph_rows
@@ -43,8 +43,8 @@ def run_blueprints(domains_path: Path, out: Path, *, seed: int, train_domains: i
                    tasks_per_domain: dict[str, int], size: TaskSize, row_group_tasks: int) -> Counter:
     """Generate, check pool disjointness as they stream, and write in row groups."""
     catalog = load_domains(domains_path)
-    total = (train_domains * sum(tasks_per_domain[p] for p in ("demo", "rft", "dev"))
-             + heldout_domains * tasks_per_domain["benchmark"])
+    total = sum(count * (train_domains if pool in TRAIN_POOLS else heldout_domains)
+                for pool, count in tasks_per_domain.items())
     check = PoolCheck(catalog, str(out))
     counts: Counter = Counter()
     with write_row_groups(out, schemas.BLUEPRINTS) as writer, task_progress(total, "blueprints") as bar:

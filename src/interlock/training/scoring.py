@@ -51,10 +51,10 @@ def conversation_nll(model, tokenizer, items: Sequence[tuple[list[dict], int]], 
 
 
 def checkpoint_nll(checkpoint: Path | str, items: Sequence[tuple[list[dict], int]], max_length: int, *,
-                   device: str | None = None) -> list[float | None]:
-    """:func:`conversation_nll` under the checkpoint at ``checkpoint`` (fp32; on ``device``, default
-    the CPU)."""
+                   device: str | None = None, dtype: str = "float32") -> list[float | None]:
+    """:func:`conversation_nll` under the checkpoint at ``checkpoint`` (loaded in ``dtype``; on
+    ``device``, default the CPU)."""
     from interlock.models.checkpoint import load_checkpoint
 
-    model, tokenizer = load_checkpoint(checkpoint, device=device)
+    model, tokenizer = load_checkpoint(checkpoint, device=device, dtype=dtype)
     return conversation_nll(model, tokenizer, items, max_length=max_length)

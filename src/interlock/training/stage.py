@@ -9,6 +9,9 @@ data, from which checkpoint, to which.
   seed in ``train.seeds``: ``models/rft/seed-0`` ..., so evaluation's intervals can cover
   training seeds as well as tasks. With nothing to train on, every seed would be the same
   untrained copy, so only ``seed-0`` is written.
+
+Both compute in ``backbone.dtype`` resolved for training (``auto``: bf16 autocast where this
+machine measured it faster), and their metrics say what that was (``runtime``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from interlock.core.io import write_tsv
 from interlock.core.paths import Paths
 from interlock.core.seeds import stable_seed
 from interlock.core.tracking import StageReport
+from interlock.models.backends import model_runtime
 from interlock.models.checkpoint import SEED_FOLDER
 from interlock.training.sampling import run_sampling
 from interlock.training.trainer import fine_tune_on_trajectories, loss_curve
@@ -37,14 +41,17 @@ def run_fine_tuning(params: Params, paths: Paths, phase: Literal["demo", "rft"])
     main one under ``accelerate launch``: it alone reports)."""
     stage, name = PHASES[phase]
     out = paths.model(name)
+    start = paths.base_model if phase == "demo" else paths.model(params.scale.rollouts.policy)
+    runtime = model_runtime(params.backbone, "train", start, backend="transformers")
     main_process = int(os.environ.get("RANK", "0")) == 0
     if phase == "demo":
         recipe = params.train.recipe(phase, stable_seed(params.seed, stage))
-        metrics = fine_tune_on_trajectories(paths.demos_table, paths.base_model, out, recipe, name=name,
-                                            max_context=params.backbone.max_context)
+        metrics = fine_tune_on_trajectories(paths.demos_table, start, out, recipe, name=name,
+                                            max_context=params.backbone.max_context,
+                                            compute_dtype=runtime["resolved_dtype"])
         curves = {name: loss_curve(out)} if main_process else {}
     else:
-        metrics, curves = _rft_seeds(params, paths, out, name, main_process)
+        metrics, curves = _rft_seeds(params, paths, start, out, name, main_process, runtime["resolved_dtype"])
     if not main_process:
         return None
     if phase == "demo":
@@ -55,11 +62,11 @@ def run_fine_tuning(params: Params, paths: Paths, phase: Literal["demo", "rft"])
             write_tsv(paths.train_loss / f"{seed_name}.tsv", curve, LOSS_COLUMNS)
     print(f"{stage}: {metrics['message']}; {metrics['tokens_per_second']} tokens/s", flush=True)
     losses = [{"seed": seed, **row} for seed, curve in curves.items() for row in curve]
-    return StageReport(metrics, {"loss": losses})
+    return StageReport(metrics, {"loss": losses}, config={"runtime": runtime})
 
 
-def _rft_seeds(params: Params, paths: Paths, out: Path, name: str,
-               main_process: bool) -> tuple[dict, dict[str, list[dict]]]:
+def _rft_seeds(params: Params, paths: Paths, start: Path, out: Path, name: str, main_process: bool,
+               compute_dtype: str) -> tuple[dict, dict[str, list[dict]]]:
     """Train every seed (one untrained copy when there is nothing to train); the stage's metrics
     (per seed under ``by_seed``, totals and means at the top) and each seed's loss curve."""
     by_seed: dict[str, dict] = {}
@@ -67,8 +74,8 @@ def _rft_seeds(params: Params, paths: Paths, out: Path, name: str,
         folder = SEED_FOLDER.format(index)
         recipe = params.train.recipe("rft", stable_seed(params.seed, "train", index))
         by_seed[folder] = fine_tune_on_trajectories(
-            paths.training_table, paths.model(params.scale.rollouts.policy), out / folder, recipe,
-            name=f"{name}/{folder}", max_context=params.backbone.max_context)
+            paths.training_table, start, out / folder, recipe, name=f"{name}/{folder}",
+            max_context=params.backbone.max_context, compute_dtype=compute_dtype)
         if not by_seed[folder]["trained"]:
             break
     if main_process and out.is_dir():  # an earlier run's checkpoints: more seeds, another layout

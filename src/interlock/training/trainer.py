@@ -16,6 +16,12 @@ matter for cost and for what is learnt:
   original prefix is context; :func:`~interlock.training.examples.encode_conversation`);
 - **padding-free**: rows pack whole examples (:mod:`interlock.training.batching`);
 - **seeded**: weights of LoRA adapters, the row plan of every epoch, dropout;
+- **bf16 autocast where it pays**: the weights, their gradients and the optimizer stay fp32; with
+  ``compute_dtype`` bfloat16 (``backbone.dtype`` resolved for the ``train`` workload: ``auto``
+  takes it where this machine measured it faster, :mod:`interlock.models.dtype`) the forward runs
+  under ``torch.autocast`` in bf16, the loss in fp32. float32 computes without autocast, exactly as
+  before it existed. float16 is refused: fp16 gradients need loss scaling, which this loop does not
+  do. The checkpoint's manifest records the compute dtype (``compute_dtype``) beside its weights';
 - **several GPUs**: the same function under ``accelerate launch`` (DDP, FSDP or DeepSpeed as
   configured with ``accelerate config``); each process takes every n-th row, and only the main
   process writes the checkpoint.
@@ -67,15 +73,18 @@ def step_plan(lengths: list[int], recipe: Recipe, epoch: int, rank: int = 0,
 
 
 def fine_tune(start: Path, data: ExampleSet, recipe: Recipe, out_dir: Path, *, name: str,
-              max_context: int) -> TrainingResult:
-    """Train the checkpoint at ``start`` on ``data``; write the result to ``out_dir``.
+              max_context: int, compute_dtype: str = "float32") -> TrainingResult:
+    """Train the checkpoint at ``start`` on ``data``, computing in ``compute_dtype`` (bfloat16:
+    autocast over fp32 weights); write the result to ``out_dir``.
 
     With no examples the checkpoint is written unchanged (zero steps, and ``training.parquet``
-    says so), so the pipeline can finish and report that nothing was learnt."""
+    says so; its manifest has no compute dtype), so the pipeline can finish and report that
+    nothing was learnt."""
     import torch
     from accelerate import Accelerator
     from transformers import get_scheduler
 
+    autocast_to = autocast_dtype(compute_dtype)  # refused before anything loads
     accelerator = Accelerator()
     world, rank = accelerator.num_processes, accelerator.process_index
     if data.examples and len(data.examples) < world:
@@ -103,7 +112,7 @@ def fine_tune(start: Path, data: ExampleSet, recipe: Recipe, out_dir: Path, *, n
     for epoch, plan in enumerate(plans):
         for step in plan:
             rows = [pack([data.examples[i] for i in row]) for row in step]
-            loss, tokens = _optimizer_step(model, rows, accelerator, recipe.max_grad_norm)
+            loss, tokens = _optimizer_step(model, rows, accelerator, recipe.max_grad_norm, autocast_to)
             rates.append(scheduler.get_last_lr()[0])
             optimizer.step()
             scheduler.step()
@@ -132,6 +141,7 @@ def fine_tune(start: Path, data: ExampleSet, recipe: Recipe, out_dir: Path, *, n
                  if total_steps else f"untrained copy of {start}: no examples to train on")
         save_checkpoint(trained.eval(), tokenizer, out_dir, source="finetuned", origin=str(start),
                         origin_sha256=record["start_sha256"], max_context=max_context, name=name, notes=notes,
+                        compute_dtype=compute_dtype if total_steps else None,
                         tables={TRAINING_FILE: ([record], schemas.TRAINING_MANIFEST)})
     accelerator.wait_for_everyone()
     return TrainingResult(record, seconds, seen_tokens * world / seconds if seconds and seen_tokens else 0.0)
@@ -147,16 +157,36 @@ def row_loss(model, row: PackedRow, device) -> object:
     return (token_loss * row.weights.to(device)).sum()
 
 
-def _optimizer_step(model, rows: list[PackedRow], accelerator, max_grad_norm: float) -> tuple[float, int]:
-    """Accumulate the rows' gradients; return the step's loss (the weighted sum of its target-token
-    losses over its number of target tokens) and its tokens. The normalizer is the token count, not
-    the weight sum, so an example's weight scales its gradient even when it is alone in a step."""
+def autocast_dtype(compute_dtype: str):
+    """The torch dtype the forward autocasts to for ``compute_dtype``: None for float32 (no
+    autocast), bf16 for bfloat16; float16 (or anything else) is a clear error."""
+    import torch
+
+    if compute_dtype == "float32":
+        return None
+    if compute_dtype == "bfloat16":
+        return torch.bfloat16
+    raise InterlockError(f"training computes in float32, or in bfloat16 autocast over float32 weights, "
+                         f"not {compute_dtype} (float16 gradients need loss scaling, which the trainer "
+                         f"does not do); set backbone.dtype to auto, bfloat16 or float32",
+                         field="backbone.dtype")
+
+
+def _optimizer_step(model, rows: list[PackedRow], accelerator, max_grad_norm: float,
+                    autocast_to) -> tuple[float, int]:
+    """Accumulate the rows' gradients, the forward under autocast to ``autocast_to`` (a torch
+    dtype; None: no autocast); return the step's loss (the weighted sum of its target-token losses over its
+    number of target tokens) and its tokens. The normalizer is the token count, not the weight
+    sum, so an example's weight scales its gradient even when it is alone in a step."""
+    import torch
+
     normalizer = sum(int(row.targets.numel()) for row in rows) or 1
     total = 0.0
     for index, row in enumerate(rows):
         last = index == len(rows) - 1
         with accelerator.no_sync(model) if not last and accelerator.num_processes > 1 else nullcontext():
-            loss = row_loss(model, row, accelerator.device) / normalizer
+            with torch.autocast(accelerator.device.type, dtype=autocast_to) if autocast_to else nullcontext():
+                loss = row_loss(model, row, accelerator.device) / normalizer
             accelerator.backward(loss)
             total += float(loss.detach())
     accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
@@ -184,17 +214,18 @@ def read_training(folder: Path | str) -> dict:
 
 
 def fine_tune_on_trajectories(trajectories: Path, start: Path, out_dir: Path, recipe: Recipe, *, name: str,
-                              max_context: int) -> dict:
+                              max_context: int, compute_dtype: str) -> dict:
     """A fine-tuning stage: the table (a training set, or plain trajectories: weight 1, loss on
-    every assistant turn) encoded with ``start``'s tokenizer, trained on, written to ``out_dir``;
-    returns the stage's metrics (with the examples per source where the table has one). An empty
-    table is not an error: the checkpoint is an untrained copy and the metrics say ``trained:
-    false`` and why."""
+    every assistant turn) encoded with ``start``'s tokenizer, trained on in ``compute_dtype``,
+    written to ``out_dir``; returns the stage's metrics (with the examples per source where the
+    table has one). An empty table is not an error: the checkpoint is an untrained copy and the
+    metrics say ``trained: false`` and why."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(start)
     data = encode_trajectories(read_training_items(trajectories), tokenizer, max_length=max_context)
-    result = fine_tune(start, data, recipe, out_dir, name=name, max_context=max_context)
+    result = fine_tune(start, data, recipe, out_dir, name=name, max_context=max_context,
+                       compute_dtype=compute_dtype)
     record = result.record
     losses = record["losses"]
     trained = record["steps"] > 0
