@@ -160,7 +160,9 @@ def test_collect_writes_the_table_the_comparisons_and_the_pictures(swept, tmp_pa
     assert "each ablation's comparison" in printed and "MDE" in printed
     assert rft["delta_mde"].notna().all() and set(table["intervention"]) == {"none"}
     compared = pd.read_csv(out / "comparisons.tsv", sep="\t")
-    d4 = compared[(compared["model"] == "rft") & (compared["metric"] == "pass_rate")]
+    assert set(compared["pool"]) == {"benchmark", "indist"}  # every evaluated pool is compared
+    d4 = compared[(compared["model"] == "rft") & (compared["metric"] == "pass_rate")
+                  & (compared["pool"] == "benchmark")]
     assert list(zip(d4["axis"], d4["level"], d4["reference_level"], strict=True)) == [("breadth", 4, 2)]
     assert d4["paired"].all() and d4["mde"].notna().all() and (d4["low"] <= d4["high"]).all()
     experiments = read_experiments(swept)

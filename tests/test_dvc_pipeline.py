@@ -198,7 +198,8 @@ def test_the_readmes_comparison_command_shows_the_headline_and_the_sweep_choices
     args = shlex.split(command)[1:] + ["--csv"]
     header = dvc(*args, cwd=smoke_repo, stdout_only=True).splitlines()[0].split(",")
     assert header[0] == "Experiment" and {"domains.name", "judge.name", "experiment"} <= set(header)
-    metrics = [c for c in header if c.startswith(("benchmark.", "bfcl."))]
-    assert "benchmark.rft.pass_rate" in metrics and "benchmark.rft.pass_rate_delta" in metrics
+    metrics = [c for c in header if c.startswith(("benchmark.", "indist.", "bfcl."))]
+    assert {f"{pool}.rft.{metric}" for pool in ("benchmark", "indist")
+            for metric in ("pass_rate", "pass_rate_delta")} <= set(metrics)
     assert all(c.endswith(("pass_rate", "pass_rate_delta", "score")) for c in metrics)
     assert len(header) == len(metrics) + 4
