@@ -92,6 +92,20 @@ def test_each_completion_ends_by_the_reason_its_request_must_end_by(vllm) -> Non
     assert context.prompt_tokens + 8 > MAX_MODEL_LEN
 
 
+def test_seeded_sampling_survives_prompts_larger_than_one_engine_step(vllm) -> None:
+    """More prompt tokens than one engine step schedules, sampled with a seed each (as rollouts
+    sample): vLLM split a prompt's prefill over steps and then rewound the request's generator,
+    which a CPU generator cannot do ("CPU Generator does not use offset"); on a CPU the backend
+    schedules each prompt whole. The same seeds give the same texts again."""
+    budget = vllm.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
+    requests = [ChatRequest(f"r{i}", (Message("system", "Answer."), Message("user", f"{i} " + LONG * 6)),
+                            (), 8, 0.7, 100 + i) for i in range(16)]
+    first = vllm.complete(requests)
+    assert sum(c.prompt_tokens for c in first) > 2 * budget
+    assert all(c.finish_reason in ("stop", "length") and c.completion_tokens > 0 for c in first)
+    assert [c.text for c in vllm.complete(requests)] == [c.text for c in first]
+
+
 def test_rollouts_run_through_vllm(vllm, tasks, tmp_path) -> None:
     """Two attempts at each of four tasks, three turns at most: every episode ends within its
     limits, and its record is what the engine makes of its own assistant turns when they are

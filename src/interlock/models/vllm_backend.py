@@ -16,7 +16,10 @@ On a CPU the engine runs in this process (no engine-core subprocess: stage scrip
 need no ``__main__`` guard, and 2 cores are not shared with a second interpreter), in eager mode
 (torch.compile costs minutes of start-up for no gain there), on the process's torch threads
 (vLLM would lower them to one for the whole process), with a KV cache of
-``$VLLM_CPU_KVCACHE_SPACE`` GiB (2 unless set; vLLM's own default is a share of host RAM).
+``$VLLM_CPU_KVCACHE_SPACE`` GiB (2 unless set; vLLM's own default is a share of host RAM), and
+without chunked prefill: each prompt is prefilled in one step, because vLLM 0.32 rewinds a seeded
+request's generator after a split prefill and a CPU generator cannot rewind (every sampled
+rollout with a prompt longer than a step's budget stopped the engine).
 
 A request with a ``response_format`` (a JSON schema: a model judge's answer) is decoded under
 vLLM's structured outputs (``SamplingParams(structured_outputs=StructuredOutputsParams(json=
@@ -54,7 +57,10 @@ class VLLMBackend:
 
         self.llm = LLM(model=checkpoint, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
                        max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
-                       enable_prefix_caching=True, enforce_eager=cpu, seed=0)
+                       enable_prefix_caching=True, enforce_eager=cpu, seed=0,
+                       # a prefill split over steps rewinds a seeded request's generator, which a
+                       # CPU generator cannot do (vLLM 0.32: "CPU Generator does not use offset")
+                       enable_chunked_prefill=not cpu)
         torch.set_num_threads(threads)  # vLLM lowers it "for serving", for the whole process
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.tokenizer = self.llm.get_tokenizer()
