@@ -26,6 +26,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (the gpu extra, or vll
 
 from interlock.core.backend import ChatRequest  # noqa: E402
 from interlock.core.chat import Message  # noqa: E402
+from interlock.models.chat_template import prompt_token_ids  # noqa: E402
 from interlock.models.openai_backend import OpenAIBackend  # noqa: E402
 from interlock.models.tiny import build_tiny, pack_texts  # noqa: E402
 from interlock.models.transformers_backend import TransformersBackend  # noqa: E402
@@ -98,8 +99,13 @@ def test_seeded_sampling_survives_prompts_larger_than_one_engine_step(vllm) -> N
     which a CPU generator cannot do ("CPU Generator does not use offset"); on a CPU the backend
     schedules each prompt whole. The same seeds give the same texts again."""
     budget = vllm.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
-    requests = [ChatRequest(f"r{i}", (Message("system", "Answer."), Message("user", f"{i} " + LONG * 6)),
-                            (), 8, 0.7, 100 + i) for i in range(16)]
+
+    def ask(i: int) -> ChatRequest:
+        return ChatRequest(f"r{i}", (Message("system", "Answer."), Message("user", f"{i} " + LONG * 6)),
+                           (), 8, 0.7, 100 + i)
+
+    each = len(prompt_token_ids(vllm.tokenizer, ask(0)))  # enough prompts for twice a step's budget
+    requests = [ask(i) for i in range(2 * budget // each + 2)]
     first = vllm.complete(requests)
     assert sum(c.prompt_tokens for c in first) > 2 * budget
     assert all(c.finish_reason in ("stop", "length") and c.completion_tokens > 0 for c in first)
