@@ -10,9 +10,23 @@ import pytest
 from interlock.core.config import Params, compose_params
 from interlock.core.errors import InterlockError
 from interlock.models.backends import make_backend, model_runtime
-from interlock.models.dtype import DTYPES, MARGIN, cache_file, machine_key, measure, probe, resolve_dtype
+from interlock.models.dtype import (
+    DTYPES,
+    MARGIN,
+    PROBE_LAYERS,
+    cache_file,
+    machine_key,
+    measure,
+    probe,
+    probe_architecture,
+    resolve_dtype,
+)
+from interlock.models.tiny import TINY_ARCHITECTURE
 
 from helpers.probe import pretend_measured, probe_key
+
+
+TINY = {"model_type": "llama", **TINY_ARCHITECTURE}
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +48,7 @@ def test_an_unknown_dtype_names_the_field() -> None:
 
 @pytest.mark.parametrize("workload", ["generate", "train"])
 def test_the_probe_times_both_and_takes_bf16_only_past_the_margin(workload) -> None:
-    found = measure(workload, 64, 128, budget_s=0.01)
+    found = measure(workload, TINY, budget_s=0.01)
     assert found.workload == workload and found.float32_s > 0 and found.bfloat16_s > 0
     assert found.chosen == ("bfloat16" if found.float32_s >= MARGIN * found.bfloat16_s else "float32")
 
@@ -57,13 +71,13 @@ def test_the_answer_is_measured_once_per_machine_and_read_back(tiny_checkpoint) 
 def test_a_broken_cache_is_measured_again_not_trusted(content) -> None:
     if content == "KEY":  # this machine's entry, malformed: a dtype no model loads in
         entry = {"workload": "generate", "float32_s": 1.0, "bfloat16_s": 1.0, "chosen": "int8"}
-        content = json.dumps({f"generate:{machine_key(64, 128)}": entry})
+        content = json.dumps({f"generate:{machine_key(TINY)}": entry})
     cache_file().parent.mkdir(parents=True)
     cache_file().write_text(content, encoding="utf-8")
-    found = probe("generate", 64, 128)
+    found = probe("generate", TINY)
     assert found.chosen in ("float32", "bfloat16")
     stored = json.loads(cache_file().read_text(encoding="utf-8"))
-    assert stored[f"generate:{machine_key(64, 128)}"]["chosen"] == found.chosen
+    assert stored[f"generate:{machine_key(TINY)}"]["chosen"] == found.chosen
 
 
 def test_a_checkpoint_without_its_sizes_names_the_file(tmp_path) -> None:

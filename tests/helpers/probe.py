@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from interlock.models.dtype import cache_file, machine_key
+from interlock.models.dtype import cache_file, checkpoint_architecture, machine_key
 
 
 def probe_key(checkpoint: Path, workload: str) -> str:
-    """The cache entry's key for ``workload`` at ``checkpoint``'s sizes on this machine."""
-    config = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))
-    return f"{workload}:{machine_key(config['hidden_size'], config['intermediate_size'])}"
+    """The cache entry's key for ``workload`` with ``checkpoint``'s architecture on this machine."""
+    return f"{workload}:{machine_key(checkpoint_architecture(checkpoint))}"
 
 
 def pretend_measured(checkpoint: Path, workload: str, chosen: str) -> None:

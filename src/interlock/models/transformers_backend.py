@@ -67,7 +67,7 @@ class _Cached:
         return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv)
 
 
-class _SlabLayer:
+class SlabLayer:
     """A cache layer over a preallocated ``[batch, heads, capacity, dim]`` buffer: decode steps
     write in place instead of concatenating (which would copy the whole cache every step)."""
 
@@ -133,7 +133,7 @@ def use_gqa_attention(model) -> bool:
     return True
 
 
-def _slab_cache(layers: list[_SlabLayer]):
+def slab_cache(layers: list[SlabLayer]):
     from transformers.cache_utils import Cache
 
     cache = Cache(layers=layers)
@@ -250,7 +250,7 @@ class TransformersBackend(LocalBackend):
                 values[i, :, :start] = 0.0
                 keys[i, :, start:width] = k[0]
                 values[i, :, start:width] = v[0]
-            layers.append(_SlabLayer(keys, values, width))
+            layers.append(SlabLayer(keys, values, width))
         for row in live:
             row.kv = []  # now in the slab
         dtype = layers[0].keys_buffer.dtype
@@ -258,7 +258,7 @@ class TransformersBackend(LocalBackend):
         for i, length in enumerate(lengths):
             mask[i, width - length:width] = 0.0
         offsets = torch.tensor(lengths, device=self.device)  # each row's next position, less the step
-        cache = _slab_cache(layers)
+        cache = slab_cache(layers)
         batch = list(live)  # rows in the slab, finished ones included
         step = 0
         while True:
