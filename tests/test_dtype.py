@@ -25,7 +25,6 @@ from interlock.models.tiny import TINY_ARCHITECTURE
 
 from helpers.probe import pretend_measured, probe_key
 
-
 TINY = {"model_type": "llama", **TINY_ARCHITECTURE}
 
 
@@ -51,6 +50,19 @@ def test_the_probe_times_both_and_takes_bf16_only_past_the_margin(workload) -> N
     found = measure(workload, TINY, budget_s=0.01)
     assert found.workload == workload and found.float32_s > 0 and found.bfloat16_s > 0
     assert found.chosen == ("bfloat16" if found.float32_s >= MARGIN * found.bfloat16_s else "float32")
+
+
+def test_the_probe_runs_the_checkpoints_architecture_cut_to_a_few_layers() -> None:
+    """Its sizes, attention and vocabulary are what the probe times (a different one is another
+    question of the cache); names and the stored dtype are not, and depth is cut for seconds."""
+    config = {**TINY, "num_hidden_layers": 30, "_name_or_path": "/somewhere", "torch_dtype": "float32"}
+    probed = probe_architecture(config)
+    assert probed["num_hidden_layers"] == PROBE_LAYERS and probed["vocab_size"] == TINY["vocab_size"]
+    assert "_name_or_path" not in probed and "torch_dtype" not in probed
+    assert machine_key(config) == machine_key({**config, "_name_or_path": "/elsewhere"})
+    assert machine_key(config) == machine_key({**config, "num_hidden_layers": 8})  # both cut to the same
+    for changed in ({"vocab_size": 4096}, {"num_key_value_heads": 4}, {"intermediate_size": 256}):
+        assert machine_key(config) != machine_key({**config, **changed})
 
 
 def test_the_answer_is_measured_once_per_machine_and_read_back(tiny_checkpoint) -> None:

@@ -7,8 +7,9 @@ import pytest
 
 from interlock.core.backend import ChatRequest, Completion
 from interlock.core.chat import Message, ToolCall
+from interlock.models.attention import GQA_ATTENTION
 from interlock.models.checkpoint import load_checkpoint
-from interlock.models.transformers_backend import GQA_ATTENTION, TransformersBackend
+from interlock.models.transformers_backend import TransformersBackend
 
 from helpers.conversations import (
     TOOLS,

@@ -119,7 +119,7 @@ def _build(architecture: dict, dtype):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from interlock.models.transformers_backend import use_gqa_attention
+    from interlock.models.attention import use_gqa_attention
 
     fields = probe_architecture(architecture)
     config = AutoConfig.for_model(fields.pop("model_type", "llama"), **fields)
@@ -131,11 +131,12 @@ def _build(architecture: dict, dtype):
 
 def _turn_steps(model):
     """A prefill chunk of one row and a decode step of a batch over a long cache, as the rollout
-    engine runs them (:mod:`interlock.models.transformers_backend`: one row's prompt at a time,
+    engine runs them (:mod:`interlock.models.transformers_backend` and
+    :mod:`interlock.models.attention`: one row's prompt at a time,
     then every row's step in one forward over a preallocated cache)."""
     import torch
 
-    from interlock.models.transformers_backend import SlabLayer, slab_cache
+    from interlock.models.attention import SlabLayer, slab_cache
 
     generator = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
