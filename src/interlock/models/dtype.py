@@ -49,8 +49,9 @@ TURN_PROMPT_TOKENS, TURN_NEW_TOKENS = 256, 64
 PREFILL_TOKENS, DECODE_ROWS, CACHE_TOKENS = 128, 16, 1024
 #: tokens of the packed row the training probe runs forward and backward
 TRAIN_TOKENS = 256
-#: a dtype whose one call takes this many times the other's whole budget is slower, measured:
-#: it is not timed again (bf16 ran about 100x slower than fp32 on one such machine)
+#: a step is not called again once its timed calls have taken this many times the budget (or
+#: the other dtype's seconds per unit so far, where larger): a dtype that slow has been measured
+#: slower (bf16 ran about 100x slower than fp32 on one such machine)
 GIVE_UP = 8
 #: SmolLM2-135M's architecture, probed where no checkpoint is named
 DEFAULT_ARCHITECTURE = {"model_type": "llama", "hidden_size": 576, "intermediate_size": 1536,
@@ -188,8 +189,10 @@ def measure(workload: str, architecture: dict, budget_s: float = 0.2) -> Probe:
     # built outside inference mode, as the backends load them: weights made under it ran bf16
     # 3-6x slower here (AMX, torch 2.13)
     dtypes = (torch.float32, torch.bfloat16)
-    models = {dtype: _build(architecture, dtype if workload == "generate" else torch.float32)
-              for dtype in dtypes}
+    if workload == "generate":
+        models = {dtype: _build(architecture, dtype) for dtype in dtypes}
+    else:  # one model of fp32 weights, run under each autocast in turn
+        models = dict.fromkeys(dtypes, _build(architecture, torch.float32))
     with torch.inference_mode(workload == "generate"):
         plans = {dtype: _turn_steps(model) if workload == "generate" else _train_steps(model, dtype)
                  for dtype, model in models.items()}
