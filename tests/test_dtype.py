@@ -9,9 +9,11 @@ import pytest
 
 from interlock.core.config import Params, compose_params
 from interlock.core.errors import InterlockError
+from interlock.models import dtype as dtype_module
 from interlock.models.backends import make_backend, model_runtime
 from interlock.models.dtype import (
     DTYPES,
+    GIVE_UP,
     MARGIN,
     PROBE_LAYERS,
     cache_file,
@@ -50,6 +52,43 @@ def test_the_probe_times_both_and_takes_bf16_only_past_the_margin(workload) -> N
     found = measure(workload, TINY, budget_s=0.01)
     assert found.workload == workload and found.float32_s > 0 and found.bfloat16_s > 0
     assert found.chosen == ("bfloat16" if found.float32_s >= MARGIN * found.bfloat16_s else "float32")
+
+
+class Clock:
+    """A clock that moves only when a probed step says it took time: the probe's stopping rules
+    are tested on counts of calls, not on this machine's seconds."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_a_dtype_far_slower_is_given_up_after_one_timed_call(monkeypatch) -> None:
+    """bf16 ran about 100x slower than fp32 on one machine: the probe must not spend the budget's
+    worth of calls on each of its steps there, nor call the slow dtype faster."""
+    import torch
+
+    clock, calls = Clock(), {torch.float32: 0, torch.bfloat16: 0}
+    seconds_per_call = {torch.float32: 0.0625, torch.bfloat16: 1024.0}  # exact in binary
+    monkeypatch.setattr(dtype_module, "time", clock)
+    monkeypatch.setattr(dtype_module, "_build", lambda architecture, dtype: dtype)
+
+    def steps(dtype):
+        def step():
+            calls[dtype] += 1
+            clock.now += seconds_per_call[dtype]
+        return [(step, 2.0), (step, 4.0)]
+
+    monkeypatch.setattr(dtype_module, "_turn_steps", steps)
+    found = measure("generate", TINY, budget_s=0.25)
+    assert found.chosen == "float32" and found.speedup == pytest.approx(0.0625 / 1024)
+    # fp32: each step warmed up, then timed until the budget (4 calls); 2 rounds x 2 steps
+    assert calls[torch.float32] == 2 * 2 * (1 + 4)
+    # bf16: one timed call past the warm-up was over GIVE_UP times fp32's seconds, so it stopped
+    assert calls[torch.bfloat16] == 2 * 2 * (1 + 1)
+    assert seconds_per_call[torch.bfloat16] > GIVE_UP * 0.25  # past any round's give-up
 
 
 def test_the_probe_runs_the_checkpoints_architecture_cut_to_a_few_layers() -> None:

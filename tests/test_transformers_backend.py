@@ -7,8 +7,10 @@ import pytest
 
 from interlock.core.backend import ChatRequest, Completion
 from interlock.core.chat import Message, ToolCall
+from interlock.core.errors import InterlockError
 from interlock.models.attention import GQA_ATTENTION
 from interlock.models.checkpoint import load_checkpoint
+from interlock.models.local import draw_tokens
 from interlock.models.transformers_backend import TransformersBackend
 
 from helpers.conversations import (
@@ -81,6 +83,45 @@ def test_sampling_is_deterministic_given_the_seed(loaded):
                 for r in requests_for(convos, 0.9, 0)]
     three = backend(loaded).complete(reseeded)
     assert [c.text for c in three] != [c.text for c in one]
+
+
+def _generators(seeds) -> list:
+    import torch
+
+    return [torch.Generator().manual_seed(seed) for seed in seeds]
+
+
+def test_a_drawn_token_follows_the_tempered_softmax_and_never_takes_probability_zero() -> None:
+    import torch
+
+    logits = torch.tensor([0.0, 1.0, 2.0, float("-inf"), -0.5])
+    draws = 20_000
+    tokens = draw_tokens(logits.repeat(draws, 1), [0.7] * draws, _generators(range(draws)))
+    counts = torch.bincount(torch.tensor(tokens), minlength=5).double() / draws
+    expected = torch.softmax(logits / 0.7, dim=-1).double()
+    assert counts[3] == 0  # the masked token
+    assert torch.allclose(counts, expected, atol=0.012), (counts, expected)  # 4 SD of the 0.76 share
+
+
+def test_a_rows_token_depends_on_its_own_logits_and_generator_only() -> None:
+    """Batched or alone, first or last, beside hot or cold rows: the same token, so a rollout is
+    reproducible given its seed however the live episodes are batched."""
+    import torch
+
+    logits = torch.randn(6, 300, generator=torch.Generator().manual_seed(1)) * 3
+    temperatures = [0.7, 1.0, 0.3, 1.5, 0.7, 0.9]
+    together = draw_tokens(logits, temperatures, _generators(range(6)))
+    alone = [draw_tokens(logits[i:i + 1], [temperatures[i]], _generators([i]))[0] for i in range(6)]
+    reversed_ = draw_tokens(logits.flip(0), temperatures[::-1], _generators(range(5, -1, -1)))[::-1]
+    assert together == alone == reversed_
+    assert draw_tokens(logits, temperatures, _generators(range(1, 7))) != together  # the seed matters
+
+
+def test_logits_that_are_not_numbers_are_refused_with_a_reason() -> None:
+    import torch
+
+    with pytest.raises(InterlockError, match="not finite"):
+        draw_tokens(torch.tensor([[0.0, float("nan")]]), [0.7], _generators([0]))
 
 
 def test_prompt_tokens_are_the_full_prompt(loaded):
