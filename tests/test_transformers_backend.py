@@ -104,8 +104,8 @@ def test_a_drawn_token_follows_the_tempered_softmax_and_never_takes_probability_
 
 
 def test_a_rows_token_depends_on_its_own_logits_and_generator_only() -> None:
-    """Batched or alone, first or last, beside hot or cold rows: the same token, so a rollout is
-    reproducible given its seed however the live episodes are batched."""
+    """Batched or alone, first or last, beside rows of other temperatures: the same token, so a
+    rollout is reproducible given its seed however the live episodes are batched."""
     import torch
 
     logits = torch.randn(6, 300, generator=torch.Generator().manual_seed(1)) * 3
