@@ -33,7 +33,7 @@ from interlock.analysis.ablations import (
     read_experiments,
 )
 from interlock.core.errors import InterlockError
-from interlock.evaluation.metrics import bootstrap_indices, paired_delta, seed_indices, summarize_pool
+from interlock.evaluation.metrics import Resampling, paired_delta, seed_noise, summarize_pool
 
 from helpers.repo import BIN, command_timeout, user_env
 from helpers.repo import run as _run
@@ -270,11 +270,11 @@ def test_each_ablation_compares_against_its_reference_level_with_a_paired_mde(ma
     assert rti["paired"] and rti["level"] == "rti" and rti["reference_level"] == "none"
     assert rti["difference"] == pytest.approx(rti["value"] - rti["reference_value"], abs=1e-6)
     assert rti["low"] <= rti["difference"] <= rti["high"] and rti["mde"] > 0
-    # the MDE is the paired bootstrap's, over the two experiments' per-task values
+    # the MDE is the paired bootstrap's, over the two experiments' per-task values, within the 4 domains
     theirs, ours = ([[float(r["passed"]) for r in e.results if r["model"] == "rft" and r["seed"] == k]
                      for k in (0, 1)] for e in made_up[:2])
-    draws = [seed_indices(2, RESAMPLES, SEED, "benchmark", f"{name}/rft") for name in ("rti", "no-rti")]
-    tasks = bootstrap_indices(40, RESAMPLES, SEED, "benchmark")
+    draws = [seed_noise(RESAMPLES, SEED, "benchmark", f"{name}/rft") for name in ("rti", "no-rti")]
+    tasks = Resampling.by_domain([f"d{i % 4}" for i in range(40)]).weights(RESAMPLES, SEED, "benchmark")
     expected = paired_delta(np.array(ours), np.array(theirs), tasks, 0.95, *draws)
     assert rti["mde"] == pytest.approx(expected["mde"]) and rti["low"] == pytest.approx(expected["low"])
     # identical base checkpoints: no difference, and nothing to detect it with

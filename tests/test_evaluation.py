@@ -9,6 +9,8 @@ through the real engine and the agent judge's compiled checks grade them.
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from statistics import NormalDist
 
@@ -23,15 +25,15 @@ from interlock.evaluation.benchmarks import AdmittedPool, RunSettings, rollout_i
 from interlock.evaluation.metrics import (
     TARGET_MDE,
     EpisodeResult,
+    Resampling,
     _replicates,
-    bootstrap_indices,
     detectability,
     detectable_multiplier,
     effective_outcomes,
     grade_episode,
     minimum_detectable_effect,
     paired_delta,
-    seed_indices,
+    seed_noise,
     summarize_pool,
     table_rows,
     task_values,
@@ -172,8 +174,10 @@ def test_a_killed_evaluation_resumes_without_reloading_finished_models(contexts,
 
 # ----------------------------------------------------------------------------- bootstrap
 
-def _rows(model: str, passed: list[bool]) -> list[dict]:
-    return [{"model": model, "task_id": f"t{i}", "domain_id": f"d{i % 3}", "passed": p,
+def _rows(model: str, passed: list[bool], domains: int = 1) -> list[dict]:
+    """Result rows of one model, task ``t{i}`` in domain ``d{i % domains}`` (one domain: the
+    pool is resampled as a whole)."""
+    return [{"model": model, "task_id": f"t{i}", "domain_id": f"d{i % domains}", "passed": p,
              "score": 0.5 + 0.5 * p, "criterion_pass_rate": 0.25 + 0.75 * p, "primary_passed": True,
              "completion_gap": not p,
              "turns": 3 + i % 4, "tool_calls": 5 + i % 7, "finish_reason": "submitted"}
@@ -198,9 +202,9 @@ def test_bootstrap_is_deterministic_given_the_seed_and_a_model_against_itself_is
     base_rate, tuned_rate = (first["models"][m]["pass_rate"]["value"] for m in ("base", "tuned"))
     assert delta["value"] == pytest.approx(tuned_rate - base_rate)
     values = np.array([float(r["passed"]) for r in base])
-    indices = bootstrap_indices(len(values), 300, seed=5, pool="dev")
-    assert paired_delta(values, values, indices, 0.9) == {"value": 0.0, "low": 0.0, "high": 0.0, "mde": 0.0}
-    assert (indices == bootstrap_indices(len(values), 300, seed=5, pool="dev")).all()
+    weights = Resampling.simple(len(values)).weights(300, seed=5, pool="dev")
+    assert paired_delta(values, values, weights, 0.9) == {"value": 0.0, "low": 0.0, "high": 0.0, "mde": 0.0}
+    assert (weights == Resampling.simple(len(values)).weights(300, seed=5, pool="dev")).all()
 
 
 def test_paired_intervals_are_narrower_than_unpaired_ones_for_correlated_models() -> None:
@@ -229,10 +233,11 @@ def test_the_minimum_detectable_effect_is_2_80_standard_errors_of_the_paired_rep
     values = np.array([1.0, 0.0, 1.0, 1.0, 0.0])
     # four hand-picked resamples of the five tasks: replicate means 0.6, 1.0, 0.0, 0.6 against 0
     tasks = np.array([[0, 1, 2, 3, 4], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1], [2, 3, 4, 0, 1]])
+    weights = np.stack([np.bincount(row, minlength=5) / 5 for row in tasks])
     # by hand: mean 0.55, squared deviations 0.0025 + 0.2025 + 0.3025 + 0.0025 = 0.51, / 3 -> SE 0.41231
     se = (0.51 / 3) ** 0.5
     assert minimum_detectable_effect([0.6, 1.0, 0.0, 0.6]) == pytest.approx(2.801585 * se, abs=1e-5)
-    delta = paired_delta(values, np.zeros(5), tasks, 0.9)
+    delta = paired_delta(values, np.zeros(5), weights, 0.9)
     assert delta["value"] == 0.6 and delta["mde"] == pytest.approx(1.155123, abs=2e-6)  # 2.801585 x 0.412311
     assert minimum_detectable_effect([0.3]) == 0.0  # one replicate has no spread
 
@@ -253,7 +258,7 @@ def test_every_delta_of_a_pool_carries_its_mde_and_more_tasks_shrink_it() -> Non
 
     small, large = mde(16), mde(400)
     assert 0 < large < small / 3  # about 1 / sqrt(25)
-    empty = paired_delta(np.zeros((1, 0)), np.zeros((1, 0)), np.zeros((10, 0), int), 0.9)
+    empty = paired_delta(np.zeros((1, 0)), np.zeros((1, 0)), np.zeros((10, 0)), 0.9)
     assert empty == {"value": None, "low": None, "high": None, "mde": None}
 
 
@@ -310,6 +315,93 @@ def test_a_pools_detectability_matches_the_hand_computation() -> None:
     alone = detectability(one, summarize_pool(one, pool="indist", seed=1, resamples=100, confidence=0.95), 2)
     assert alone["tasks"] == 1
     assert (alone["deltas"]["rft"]["per_task_sd"], alone["deltas"]["rft"]["tasks_needed"]) == (None, None)
+
+
+def test_a_pool_with_two_tasks_in_every_domain_is_resampled_within_domains() -> None:
+    """Every replicate keeps each domain's share of the pool (a new draw of the benchmark has
+    new tasks of the same domains) and draws one task fewer than the domain has; a pool with a
+    domain of one task, or with one domain, is resampled as a whole."""
+    design = Resampling.by_domain(["b", "a", "b", "a", "b", "c", "c"])
+    assert design.strata == ((1, 3), (0, 2, 4), (5, 6)) and design.draws == (1, 2, 1)
+    assert design.stratified and design.describe() == {"by": "domain", "strata": 3}
+    weights = design.weights(500, seed=3, pool="benchmark")
+    assert weights.shape == (500, 7) and np.allclose(weights.sum(axis=1), 1.0)
+    for stratum in design.strata:
+        assert np.allclose(weights[:, list(stratum)].sum(axis=1), len(stratum) / 7)
+    assert (weights == design.weights(500, seed=3, pool="benchmark")).all()
+    for plain in (["a", "a", "b"], ["a"] * 5, []):
+        assert Resampling.by_domain(plain) == Resampling.simple(len(plain))
+        assert Resampling.simple(len(plain)).describe() == {"by": "task", "strata": 1}
+
+
+def _redrawn_pools(seed_sd: float, draws: int = 300) -> Iterator[np.ndarray]:
+    """A benchmark drawn anew ``draws`` times: eight held-out domains of very different
+    difficulty (logits), six new tasks each, two training seeds (each shifting every task's logit
+    by a normal of ``seed_sd``) of one attempt: seed x task pass/fail."""
+    rng = np.random.default_rng(7)
+    difficulty = np.repeat([0.8, -1.0, -1.2, -3.0, -3.0, -3.5, -4.0, -2.0], 6)
+    for _ in range(draws):
+        logits = difficulty + rng.normal(0, 0.8, difficulty.size) + rng.normal(0, seed_sd, (2, 1))
+        yield (rng.random(logits.shape) < 1 / (1 + np.exp(-logits))).astype(float)
+
+
+def test_the_bootstrap_measures_the_error_of_a_new_draw_of_the_benchmark() -> None:
+    """The standard error of the pass rate over fresh draws of the benchmark (same domains, new
+    tasks, new seeds and episodes) against the one the bootstrap finds on a single draw (the root
+    mean of its replicates' variance over the draws): within domains with the seeds' component by
+    moments, within 15% where the seeds differ; where they do not, the clamp at 0 overstates it, by
+    less than resampling the two seeds with replacement (which counts the episodes' noise twice).
+    The plain bootstrap over all 48 tasks overstates it by a quarter or more, counting the spread
+    between domains that no new draw changes."""
+    labels = [f"d{h}" for h in range(8) for _ in range(6)]
+    stratified, plain = Resampling.by_domain(labels), Resampling.simple(len(labels))
+    weights = {design: design.weights(400, seed=1, pool="benchmark") for design in (stratified, plain)}
+    noise = seed_noise(400, 1, "benchmark", "rft")
+    pigeonhole = np.random.default_rng(2).integers(0, 2, size=(400, 2))  # the seeds drawn with replacement
+
+    def standard_errors(seed_sd: float) -> tuple[float, dict]:
+        rates, variances = [], defaultdict(list)
+        for values in _redrawn_pools(seed_sd):
+            rates.append(values.mean())
+            for design, w in weights.items():
+                variances[design].append(np.var(_replicates(values, w, noise), ddof=1))
+            resampled = (values[pigeonhole].mean(axis=1) * weights[stratified]).sum(axis=1)
+            variances["pigeonhole"].append(np.var(resampled, ddof=1))
+        return float(np.std(rates)), {k: float(np.mean(v)) ** 0.5 for k, v in variances.items()}
+
+    truth, found = standard_errors(seed_sd=0.8)
+    assert found[stratified] == pytest.approx(truth, rel=0.15)
+    truth, found = standard_errors(seed_sd=0.0)
+    assert truth < found[stratified] < 1.35 * truth
+    assert found[stratified] < found["pigeonhole"]
+    assert found[plain] > 1.25 * truth
+
+
+def test_a_pool_resampled_within_domains_reports_it_and_sizes_comparisons_by_the_spread_within() -> None:
+    """Two domains of three tasks. base passes nothing; rft passes every task of d0 and none of
+    d1: the whole difference lies between the domains, so within them nothing varies: SD 0, MDE 0
+    (the plain design: SD 0.547723, as the domains' spread would count). The rates' Wilson
+    intervals take the same design."""
+    base = _rows("base", [False] * 6, domains=2)
+    rft = _rows("rft", [True, False] * 3, domains=2)
+    by_model = {"base": base, "rft": rft}
+    summary = summarize_pool(by_model, pool="benchmark", seed=1, resamples=300, confidence=0.95)
+    assert summary["resampling"] == {"by": "domain", "strata": 2}
+    found = detectability(by_model, summary, attempts=1)
+    assert found["resampling"] == {"by": "domain", "strata": 2}
+    assert found["deltas"]["rft"]["value"] == 0.5
+    assert (found["deltas"]["rft"]["per_task_sd"], found["deltas"]["rft"]["mde"]) == (0.0, 0.0)
+    assert Resampling.simple(6).task_sd(np.array([1.0, 0, 1, 0, 1, 0])) == pytest.approx(0.3 ** 0.5)
+    # one task of d0 fails: the spread within d0 is sd(1, 1, 0) = 0.57735, d1's 0: sqrt(3 x 1/3 / 6)
+    rft[4] = {**rft[4], "passed": False}
+    found = detectability(by_model, summarize_pool(by_model, pool="benchmark", seed=1, resamples=300,
+                                                   confidence=0.95), attempts=1)
+    assert found["deltas"]["rft"]["per_task_sd"] == pytest.approx((1 / 6) ** 0.5, abs=1e-6)
+    # two seeds that agree (12 episodes): the plain design counts 6 outcomes, within domains 8
+    values = np.vstack([task_values(rft, "passed", [f"t{i}" for i in range(6)])] * 2)
+    design = Resampling.by_domain([r["domain_id"] for r in rft])
+    assert effective_outcomes(values, 12) == pytest.approx(6.0)
+    assert effective_outcomes(values, 12, design) == pytest.approx(8.0)
 
 
 def _seeded(model: str, seeds: list[list[bool]]) -> list[dict]:
@@ -399,7 +491,7 @@ def test_a_pools_binary_rates_carry_wilson_intervals_and_the_rest_the_bootstrap(
     assert deltas["twin"]["pass_rate"] == {"value": 0.0, "low": 0.0, "high": 0.0, "mde": 0.0}
     assert deltas["x1"]["pass_rate"]["value"] == 0.0625 and deltas["x1"]["pass_rate"]["low"] == 0.0
     replicates = _replicates(task_values(by_model["x1"], "passed", [f"t{i}" for i in range(16)]),
-                             bootstrap_indices(16, 1000, 0, "benchmark"), None)
+                             Resampling.simple(16).weights(1000, 0, "benchmark"), None)
     assert deltas["x1"]["pass_rate"]["high"] == pytest.approx(float(np.quantile(replicates, 0.975)), abs=1e-6)
 
 
@@ -414,21 +506,24 @@ def test_effective_outcomes_count_what_the_bootstrap_resamples() -> None:
     assert effective_outcomes(np.vstack([binary] * 3), 60) == pytest.approx(20, abs=1e-9)
     assert effective_outcomes(np.full((2, 20), 0.5), 80) == 80  # 2 seeds x 2 attempts, each split
     assert effective_outcomes(np.zeros((2, 20)), 40) == effective_outcomes(np.ones((1, 20)), 60) == 20
-    # one checkpoint passes every task, the other none: V = var_s(m) / S = 1/4 / 2, so p(1-p) / V = 2
-    assert effective_outcomes(np.vstack([np.ones(20), np.zeros(20)]), 40) == pytest.approx(2.0)
+    # one checkpoint passes every task, the other none: no noise within a task, so the seed component
+    # is the seeds' sample variance over S: V = 1/2 / 2, and p(1-p) / V = 1
+    assert effective_outcomes(np.vstack([np.ones(20), np.zeros(20)]), 40) == pytest.approx(1.0)
     for seeds, attempts in ((1, 3), (2, 1), (3, 2)):
         episodes = (rng.random((seeds, 20, attempts)) < rng.random((seeds, 1, 1)) * 0.4
                     + rng.random((1, 20, 1)) * 0.5)
         values = episodes.mean(axis=2)
-        tasks = bootstrap_indices(20, 40_000, 1, "pool")
-        draws = seed_indices(seeds, 40_000, 1, "pool", "model") if seeds > 1 else None
-        variance = float(_replicates(values, tasks, draws).var())
-        rate, outcomes = float(values.mean()), effective_outcomes(values, episodes.size)
-        assert 0 < outcomes <= episodes.size
-        if outcomes < episodes.size:  # not capped: the same variance
-            assert rate * (1 - rate) / outcomes == pytest.approx(variance, rel=0.03), (seeds, attempts)
-        else:
-            assert rate * (1 - rate) / outcomes <= variance * 1.03
+        draws = seed_noise(40_000, 1, "pool", "model")
+        # the plain design, and within 4 domains of 2 to 14 tasks
+        within = Resampling.by_domain([f"d{min(i // 2, 3)}" for i in range(20)])
+        for design in (Resampling.simple(20), within):
+            variance = float(_replicates(values, design.weights(40_000, 1, "pool"), draws).var())
+            rate, outcomes = float(values.mean()), effective_outcomes(values, episodes.size, design)
+            assert 0 < outcomes <= episodes.size
+            if outcomes < episodes.size:  # not capped: the same variance
+                assert rate * (1 - rate) / outcomes == pytest.approx(variance, rel=0.03), (seeds, attempts)
+            else:  # capped at the episodes: never credited with less variance than they have
+                assert rate * (1 - rate) / outcomes >= variance / 1.03
 
 
 def test_a_seed_missing_a_task_is_an_error() -> None:

@@ -139,9 +139,12 @@ def test_the_comparison_of_nothing_is_an_empty_table():
 
 
 def test_the_detectability_table_lists_every_pools_mde_and_the_tasks_it_would_need(evaluate):
-    """benchmark: rft passes t0 and t1, base nothing, so the paired difference is 1, 1, 0, 0: an SD
-    of sqrt(4 x 0.25 / 3) = 0.577, and an MDE of 0.10 needs 2.801585**2 / 3 / 0.01 = 261.6 -> 262
-    tasks. indist: both pass t0, rft t1 too: 0, 1, 0, 0, an SD of sqrt(0.75 / 3) = 0.5, 197 tasks."""
+    """Two tasks in each of two domains (d0: t0, t2; d1: t1, t3), so both pools are resampled
+    within domains and sized by the spread within them. benchmark: rft passes t0 and t1, base
+    nothing, so the paired difference is 1, 1, 0, 0: 1, 0 in each domain, a within-domain SD of
+    sqrt((2 x 0.5 + 2 x 0.5) / 4) = 0.707, and an MDE of 0.10 needs 2.801585**2 x 0.5 / 0.01 =
+    392.4 -> 393 tasks. indist: both pass t0, rft t1 too: 0, 1, 0, 0 (d0: 0, 0; d1: 1, 0), an SD of
+    sqrt(2 x 0.5 / 4) = 0.5, 197 tasks."""
     _add_pool(evaluate, "indist", {model: [{**_result(model, t, t < passes, 0.5), "pool": "indist"}
                                            for t in range(4)] for model, passes in (("base", 1), ("rft", 2))})
     table = report.detectability_table(evaluate)
@@ -152,7 +155,7 @@ def test_the_detectability_table_lists_every_pools_mde_and_the_tasks_it_would_ne
     mde = evaluate["pools"]["benchmark"]["deltas"]["rft"]["pass_rate"]["mde"]
     assert (benchmark["tasks"], benchmark["attempts"], benchmark["MDE"]) == (4, 1, f"{mde:.3f}")
     assert benchmark["Δ task pass rate vs base"].startswith("+0.500 [+")
-    assert (benchmark["per-task SD"], benchmark["tasks for an MDE of 0.10"]) == ("0.577", "262")
+    assert (benchmark["per-task SD"], benchmark["tasks for an MDE of 0.10"]) == ("0.707", "393")
     assert (indist["per-task SD"], indist["tasks for an MDE of 0.10"]) == ("0.500", "197")
     assert indist["Δ task pass rate vs base"].startswith("+0.250 [")
     assert dev["tasks"] == 0 and {dev[c] for c in table.columns[2:]} == {report.MISSING}

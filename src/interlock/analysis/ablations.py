@@ -45,7 +45,7 @@ from interlock.analysis.report import BAR_METRICS, COLORS, TABLE_METRICS, compar
 from interlock.core import schemas
 from interlock.core.errors import InterlockError
 from interlock.core.io import read_rows
-from interlock.evaluation.metrics import METRICS, bootstrap_indices, paired_delta, seed_indices, task_values
+from interlock.evaluation.metrics import METRICS, paired_delta, pool_design, seed_noise, task_values
 
 #: the metrics files an experiment is read from
 METRICS_FILES = ("evaluate", "sample", "train", "judge", "accept")
@@ -287,10 +287,10 @@ def _compare(axis: str, experiment: Experiment, reference: Experiment, metrics: 
                 values = (task_values(own[1], METRICS[metric], own[0]) if paired else None,
                           task_values(other[1], METRICS[metric], other[0]) if paired else None)
                 if values[0] is not None and values[1] is not None:
-                    tasks = bootstrap_indices(len(own[0]), resamples, seed, pool)
-                    draws = [seed_indices(len(v), resamples, seed, pool, f"{e.name}/{model}")
-                             for v, e in zip(values, (experiment, reference), strict=True)]
-                    delta = paired_delta(values[0], values[1], tasks, confidence, *draws)
+                    weights = pool_design(own[1], own[0]).weights(resamples, seed, pool)
+                    draws = [seed_noise(resamples, seed, pool, f"{e.name}/{model}")
+                             for e in (experiment, reference)]
+                    delta = paired_delta(values[0], values[1], weights, confidence, *draws)
                     row.update({"difference": delta["value"], "low": delta["low"], "high": delta["high"],
                                 "mde": delta["mde"], "paired": True})
                 rows.append(row)

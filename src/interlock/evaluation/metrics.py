@@ -44,10 +44,17 @@ the rate (tasks, and training seeds), so with one attempt on one checkpoint it i
 binomial "x of n tasks"; attempts and seeds count for more where they disagree within a task, for
 less where whole checkpoints disagree, never for more than there are episodes. The
 other metrics (weighted score, criterion pass rate, mean turns and tool calls: not binary per
-episode) get a percentile bootstrap interval over tasks (and, with several training seeds, over
-seeds too). Each pool has one matrix of resampled task indices, drawn from
-``stable_seed(seed, "evaluate", pool)`` and shared by every model and metric: intervals are
-deterministic. A metric every task gives the same value (a score of 0.083 on every task) has a
+episode) get a percentile bootstrap interval over tasks, each task's value averaged over the
+model's training seeds; with several seeds, every replicate also draws the seeds' own component
+(:func:`seed_variance`: how much more the seeds' means differ than their episodes' noise
+explains) as a normal term, since two or three seeds are too few to resample. Each pool has one
+matrix of replicate weights over its tasks (:class:`Resampling`),
+drawn from ``stable_seed(seed, "evaluate", pool)`` and shared by every model and metric: intervals
+are deterministic. A pool with at least two tasks in every domain (the held-out benchmark) is a
+stratified sample and is resampled within domains, so its intervals and MDEs are those of a new
+draw of tasks from the same domains (a claim about these domains, not about domains never seen);
+a pool with a domain of one task is resampled as a whole. ``resampling`` in a pool's summary says
+which. A metric every task gives the same value (a score of 0.083 on every task) has a
 bootstrap interval of that one value: nothing varies to resample.
 
 **Paired deltas** against the reference model keep the percentile bootstrap, paired: each
@@ -175,28 +182,111 @@ def grade_episode(trajectory: Trajectory, rubric: Sequence[Criterion], passed: M
 
 # ----------------------------------------------------------------------------- bootstrap
 
-def bootstrap_indices(tasks: int, resamples: int, seed: int, pool: str) -> np.ndarray:
-    """``resamples`` x ``tasks`` task indices drawn with replacement, seeded by (seed, pool); every
-    model of a pool shares them, so deltas are paired by task."""
-    rng = np.random.default_rng(stable_seed(seed, "evaluate", pool))
-    return rng.integers(0, tasks, size=(resamples, tasks)) if tasks else np.zeros((resamples, 0), int)
+@dataclass(frozen=True)
+class Resampling:
+    """How the bootstrap redraws a pool's tasks: ``strata`` (each a tuple of task positions, in the
+    pool's task order) and ``draws``, the tasks drawn with replacement from each stratum per
+    replicate. A replicate's value is each stratum's mean over its drawn tasks, weighted by the
+    stratum's share of the pool (:meth:`weights`).
+
+    A pool whose every domain holds at least two tasks is a stratified sample (the benchmark:
+    the same count of tasks in each held-out domain), so it is resampled **within domains**
+    (:meth:`by_domain`): a new draw of the pool has new tasks of the same domains, and the
+    spread between domains, which no such draw changes, is no part of its error. Each domain
+    draws one task fewer than it has (McCarthy and Snowden, 1985): with few tasks per domain the
+    plain bootstrap understates a stratum mean's variance by ``(n - 1) / n``; with ``n - 1``
+    draws it is unbiased. A pool with a domain of one task (``indist``: one task per training
+    domain) cannot measure the spread within a domain, and is resampled as one stratum of all its
+    tasks, ``T`` draws (the plain bootstrap)."""
+
+    strata: tuple[tuple[int, ...], ...]
+    draws: tuple[int, ...]
+
+    @classmethod
+    def simple(cls, tasks: int) -> Resampling:
+        return cls((tuple(range(tasks)),), (tasks,))
+
+    @classmethod
+    def by_domain(cls, domains: Sequence[str]) -> Resampling:
+        """The design of a pool whose tasks (in pool order) are in ``domains``."""
+        groups: dict[str, list[int]] = defaultdict(list)
+        for position, domain in enumerate(domains):
+            groups[domain].append(position)
+        if len(groups) < 2 or min(len(g) for g in groups.values()) < 2:
+            return cls.simple(len(domains))
+        strata = tuple(tuple(groups[d]) for d in sorted(groups))
+        return cls(strata, tuple(len(s) - 1 for s in strata))
+
+    @property
+    def tasks(self) -> int:
+        return sum(len(s) for s in self.strata)
+
+    @property
+    def stratified(self) -> bool:
+        return len(self.strata) > 1
+
+    def describe(self) -> dict:
+        """What ``metrics/evaluate.json`` says of the design."""
+        return {"by": "domain" if self.stratified else "task", "strata": len(self.strata)}
+
+    def weights(self, resamples: int, seed: int, pool: str) -> np.ndarray:
+        """``resamples`` x ``tasks`` replicate weights (each row sums to 1: a task drawn k times in
+        a stratum of share w with d draws weighs k w / d), seeded by (seed, pool); every model of a
+        pool shares them, so deltas are paired by task. The one-stratum design draws the plain
+        bootstrap's task indices."""
+        rng = np.random.default_rng(stable_seed(seed, "evaluate", pool))
+        out = np.zeros((resamples, self.tasks))
+        if not self.tasks:
+            return out
+        rows = np.arange(resamples)[:, None]
+        for stratum, draws in zip(self.strata, self.draws, strict=True):
+            picked = np.asarray(stratum)[rng.integers(0, len(stratum), size=(resamples, draws))]
+            np.add.at(out, (np.broadcast_to(rows, picked.shape), picked), len(stratum) / self.tasks / draws)
+        return out
+
+    def task_sd(self, values: np.ndarray) -> float:
+        """The per-task standard deviation that sizes a comparison under this design: of per-task
+        ``values`` (a task vector), the square root of the share-weighted mean of each stratum's
+        sample variance (``ddof=1``); for one stratum, the plain SD. The design's variance of a
+        pool mean is this squared over the tasks."""
+        within = [len(s) * float(np.var(values[list(s)], ddof=1)) for s in self.strata]
+        return sqrt(sum(within) / self.tasks)
 
 
-def seed_indices(seeds: int, resamples: int, seed: int, pool: str, model: str) -> np.ndarray:
-    """``resamples`` x ``seeds`` training-seed indices drawn with replacement, one draw per model
-    (a model with one checkpoint always draws it, so its intervals are over tasks alone)."""
-    if seeds == 1:
-        return np.zeros((resamples, 1), int)
+def seed_variance(values: np.ndarray) -> float:
+    """The variance a model's mean over its training seeds (``values``: seed x task) owes to the
+    seeds themselves, beyond its episodes' own noise: ``max(0, var_s(m) - MS_E / T) / S``, with
+    ``m`` each seed's mean over the ``T`` tasks (sample variance, ``ddof=1``) and ``MS_E`` the
+    seed x task residual mean square (what the episodes vary by within a task). The moment
+    estimator of the seed component of a two-way random-effects model (seed and task effects
+    plus noise), divided by the ``S`` seeds averaged; 0 with one seed. Resampling the seeds with
+    replacement instead counts the episodes' noise twice (once in each seed's mean, once in each
+    task's), and with two seeds overstated a pass rate's standard error by a fifth to two fifths
+    where the seeds did not differ (tests/test_evaluation.py simulates it); the clamp at 0 still
+    overstates it there, less (two seeds give the seed component one degree of freedom)."""
+    seeds, tasks = values.shape
+    if seeds < 2 or tasks < 2:
+        return 0.0
+    by_seed, by_task, grand = values.mean(axis=1), values.mean(axis=0), values.mean()
+    residual = values - by_seed[:, None] - by_task[None, :] + grand
+    mean_square = float((residual ** 2).sum()) / ((seeds - 1) * (tasks - 1))
+    return max(0.0, float(by_seed.var(ddof=1)) - mean_square / tasks) / seeds
+
+
+def seed_noise(resamples: int, seed: int, pool: str, model: str) -> np.ndarray:
+    """``resamples`` standard normal numbers, one draw per model and pool: each replicate's share
+    of the seed component (:func:`seed_variance`), drawn independently for each model."""
     rng = np.random.default_rng(stable_seed(seed, "evaluate", pool, model, "seeds"))
-    return rng.integers(0, seeds, size=(resamples, seeds))
+    return rng.standard_normal(resamples)
 
 
-def _replicates(values: np.ndarray, tasks: np.ndarray, seeds: np.ndarray | None) -> np.ndarray:
-    """The mean of each bootstrap replicate: seeds resampled (None: the one seed row), then tasks
-    (``values``: seed x task)."""
-    seeds = np.zeros((len(tasks), 1), int) if seeds is None else seeds
-    per_task = values[seeds].mean(axis=1)  # replicate x task: the drawn seeds' mean
-    return np.take_along_axis(per_task, tasks, axis=1).mean(axis=1)
+def _replicates(values: np.ndarray, weights: np.ndarray, noise: np.ndarray | None) -> np.ndarray:
+    """The mean of each bootstrap replicate (``values``: seed x task): the tasks' means over the
+    seeds, weighted by the replicate's :meth:`Resampling.weights`, plus the replicate's ``noise``
+    times the seed component's standard deviation (:func:`seed_variance`; None: none drawn)."""
+    replicates = weights @ values.mean(axis=0)
+    spread = seed_variance(values)
+    return replicates if noise is None or not spread else replicates + noise * sqrt(spread)
 
 
 def _interval(point: float, replicates: np.ndarray, confidence: float) -> dict:
@@ -205,25 +295,26 @@ def _interval(point: float, replicates: np.ndarray, confidence: float) -> dict:
     return {"value": _number(point), "low": _number(low), "high": _number(high)}
 
 
-def estimate(values: np.ndarray, tasks: np.ndarray, confidence: float,
-             seeds: np.ndarray | None = None) -> dict:
+def estimate(values: np.ndarray, weights: np.ndarray, confidence: float,
+             noise: np.ndarray | None = None) -> dict:
     """Mean of per-task ``values`` (a task vector, or seed x task) and its percentile bootstrap
-    interval over tasks and, with several training seeds, over seeds too."""
+    interval over tasks (``weights``: :meth:`Resampling.weights`) and, with several training
+    seeds, their component too (``noise``: :func:`seed_noise`)."""
     values = np.atleast_2d(values)
     if not values.shape[1]:
         return {"value": None, "low": None, "high": None}
-    return _interval(values.mean(), _replicates(values, tasks, seeds), confidence)
+    return _interval(values.mean(), _replicates(values, weights, noise), confidence)
 
 
-def paired_delta(values: np.ndarray, reference: np.ndarray, tasks: np.ndarray, confidence: float,
-                 seeds: np.ndarray | None = None, reference_seeds: np.ndarray | None = None) -> dict:
+def paired_delta(values: np.ndarray, reference: np.ndarray, weights: np.ndarray, confidence: float,
+                 noise: np.ndarray | None = None, reference_noise: np.ndarray | None = None) -> dict:
     """Mean of ``values - reference`` (same task order), its interval, paired by task (each side's
-    seeds resampled independently), and ``mde``: the minimum detectable effect at this size (the
-    replicates' :func:`minimum_detectable_effect`)."""
+    seed component drawn independently: ``noise``, ``reference_noise``), and ``mde``: the minimum
+    detectable effect at this size (the replicates' :func:`minimum_detectable_effect`)."""
     values, reference = np.atleast_2d(values), np.atleast_2d(reference)
     if not values.shape[1]:
         return {"value": None, "low": None, "high": None, "mde": None}
-    replicates = _replicates(values, tasks, seeds) - _replicates(reference, tasks, reference_seeds)
+    replicates = _replicates(values, weights, noise) - _replicates(reference, weights, reference_noise)
     return {**_interval(values.mean() - reference.mean(), replicates, confidence),
             "mde": _number(minimum_detectable_effect(replicates))}
 
@@ -246,41 +337,44 @@ def wilson_interval(rate: float, outcomes: float, confidence: float) -> tuple[fl
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def effective_outcomes(values: np.ndarray, episodes: int) -> float:
+def effective_outcomes(values: np.ndarray, episodes: int, design: Resampling | None = None) -> float:
     """How many independent binary outcomes a rate over ``values`` (seed x task: each task's
     share of passing episodes per training seed) is worth: ``p(1-p) / V``, with ``p`` the rate and
-    ``V`` the variance of the rate under the bootstrap's own resampling (tasks drawn with
-    replacement, and the seeds once per replicate, as :func:`estimate` draws them), in closed form:
-    ``V = var_s(m) / S + (var_t(mu) + (mean_t var_s(v) - var_s(m)) / S) / T`` over ``S`` seeds and
-    ``T`` tasks (``m``: a seed's mean over tasks; ``mu``: a task's mean over seeds; population
-    variances). This is the effective sample size of Korn and Graubard (1998), the binomial count
-    that would have the same variance, capped at ``episodes`` (a design effect below 1 is not
-    credited). One attempt on one checkpoint: exactly ``T``, so the interval is the binomial "x of
-    T tasks". Attempts and seeds that agree within each task add nothing; seeds that disagree as a
-    whole (one checkpoint passes more everywhere) count for less than the tasks. Where every
-    episode passed, or none did, nothing varies to tell: ``T``."""
+    ``V`` the variance of the rate under the bootstrap's own replicates (:func:`_replicates`:
+    ``design``, the plain one where None), in closed form:
+    ``V = seed_variance + sum_h (w_h^2 / d_h) var_h(mu)`` over the design's strata ``h`` (share
+    ``w_h`` of the tasks, ``d_h`` draws; ``mu``: a task's mean over seeds; population variance
+    within the stratum). This is the effective sample size of Korn and Graubard (1998), the
+    binomial count that would have the same variance, capped at ``episodes`` (a design effect
+    below 1 is not credited). One attempt on one checkpoint, plain design: exactly ``T``, so the
+    interval is the binomial "x of T tasks". Attempts and seeds that agree within each task add
+    nothing; seeds that disagree as a whole (one checkpoint passes more everywhere) count for less
+    than the tasks. Where every episode passed, or none did, nothing varies to tell: ``T``."""
     values = np.atleast_2d(np.asarray(values, dtype=float))
-    seeds, tasks = values.shape
+    tasks = values.shape[1]
+    design = design or Resampling.simple(tasks)
     rate = float(values.mean())
     if rate <= 0.0 or rate >= 1.0:
         return float(tasks)
-    by_seed = values.mean(axis=1)
-    between_seeds = float(by_seed.var())
-    within_tasks = float(values.var(axis=0).mean())  # >= between_seeds: a mean varies less than its terms
-    variance = between_seeds / seeds + (float(values.mean(axis=0).var())
-                                        + (within_tasks - between_seeds) / seeds) / tasks
+    by_task = values.mean(axis=0)
+    variance = seed_variance(values) + sum(
+        (len(stratum) / tasks) ** 2 / draws * float(by_task[list(stratum)].var())
+        for stratum, draws in zip(design.strata, design.draws, strict=True))
     most = float(max(episodes, tasks))
     return most if variance <= 0.0 else min(most, rate * (1 - rate) / variance)
 
 
-def rate_estimate(values: np.ndarray, episodes: int, confidence: float) -> dict:
+def rate_estimate(values: np.ndarray, episodes: int, confidence: float,
+                  design: Resampling | None = None) -> dict:
     """Mean of per-task ``values`` of a binary outcome (seed x task) and its Wilson interval over
-    :func:`effective_outcomes` (``episodes``: how many episodes the values are the shares of)."""
+    :func:`effective_outcomes` (``episodes``: how many episodes the values are the shares of;
+    ``design``: how the pool is resampled)."""
     values = np.atleast_2d(values)
     if not values.shape[1]:
         return {"value": None, "low": None, "high": None}
     rate = float(values.mean())
-    low, high = wilson_interval(min(1.0, max(0.0, rate)), effective_outcomes(values, episodes), confidence)
+    low, high = wilson_interval(min(1.0, max(0.0, rate)), effective_outcomes(values, episodes, design),
+                                confidence)
     return {"value": _number(rate), "low": _number(low), "high": _number(high)}
 
 
@@ -364,6 +458,13 @@ def pool_tasks(rows_by_model: Mapping[str, Sequence[dict]]) -> list[str]:
     return sorted({r["task_id"] for r in next(iter(rows_by_model.values()))})
 
 
+def pool_design(rows: Sequence[dict], tasks: Sequence[str]) -> Resampling:
+    """How a pool of ``tasks`` (in this order) is resampled: by domain where every domain holds
+    two tasks or more (:meth:`Resampling.by_domain`), from the domain of each task in ``rows``."""
+    domains = {r["task_id"]: r["domain_id"] for r in rows}
+    return Resampling.by_domain([domains[t] for t in tasks])
+
+
 def summarize_pool(rows_by_model: Mapping[str, Sequence[dict]], *, pool: str, seed: int, resamples: int,
                    confidence: float) -> dict:
     """Metrics of every model on one pool, with intervals, and deltas against the first model.
@@ -381,26 +482,27 @@ def summarize_pool(rows_by_model: Mapping[str, Sequence[dict]], *, pool: str, se
             raise InterlockError(f"model {model!r} was run on {len(own)} task(s) of pool {pool!r}, "
                                  f"{reference!r} on {len(tasks)}: a paired comparison needs the same tasks",
                                  item=pool, field=model)
-    indices = bootstrap_indices(len(tasks), resamples, seed, pool)
+    design = pool_design(rows_by_model[reference], tasks)
+    weights = design.weights(resamples, seed, pool)
     values = {m: {metric: task_values(rows_by_model[m], column, tasks) for metric, column in METRICS.items()}
               for m in models}
     seeds = {m: len({r.get("seed") for r in rows_by_model[m]}) or 1 for m in models}
-    draws = {m: seed_indices(seeds[m], resamples, seed, pool, m) for m in models}
+    noise = {m: seed_noise(resamples, seed, pool, m) for m in models}
     summary: dict = {"tasks": len(tasks),
                      "domains": len({r["domain_id"] for r in rows_by_model[reference]}),
-                     "models": {}, "deltas": {}}
+                     "resampling": design.describe(), "models": {}, "deltas": {}}
     for model in models:
         rows = rows_by_model[model]
         entry: dict = {"episodes": len(rows), "seeds": seeds[model]}
-        entry.update({metric: rate_estimate(v, len(rows), confidence) if metric in BINARY_RATES
-                      else estimate(v, indices, confidence, draws[model])
+        entry.update({metric: rate_estimate(v, len(rows), confidence, design) if metric in BINARY_RATES
+                      else estimate(v, weights, confidence, noise[model])
                       for metric, v in values[model].items() if v is not None})
         entry["finish_reasons"] = dict(sorted(Counter(r["finish_reason"] for r in rows).items()))
         summary["models"][model] = entry
     for model in models[1:]:
         summary["deltas"][model] = {
-            metric: paired_delta(v, values[reference][metric], indices, confidence, draws[model],
-                                 draws[reference])
+            metric: paired_delta(v, values[reference][metric], weights, confidence, noise[model],
+                                 noise[reference])
             for metric, v in values[model].items() if v is not None and values[reference][metric] is not None}
     return summary
 
@@ -410,26 +512,29 @@ def detectability(rows_by_model: Mapping[str, Sequence[dict]], summary: Mapping,
     ``deltas``, per model but the reference (the first), its pass-rate delta against the reference
     from the pool's :func:`summarize_pool` ``summary`` (``value``, ``low``, ``high``, ``mde``), with
 
-    - ``per_task_sd``: the standard deviation over tasks (``ddof=1``) of the per-task paired
+    - ``per_task_sd``: the standard deviation over tasks (``ddof=1``; within domains, where the
+      pool is resampled by domain: :meth:`Resampling.task_sd`) of the per-task paired
       difference, each task's pass rate (over its attempts and, for a model with several seeds,
       its seeds) minus the reference's;
     - ``tasks_needed``: the tasks the pool would need for an MDE of :data:`TARGET_MDE`
-      (:func:`tasks_needed` of that SD, at the pool's own attempts, at which it was measured).
+      (:func:`tasks_needed` of that SD, at the pool's own attempts, at which it was measured,
+      spread over the same domains; the spread between seeds aside, which tasks do not divide).
 
     Both are None for a pool of fewer than two tasks (no spread to measure). Where the two models
     agree on every task (both pass nothing, say) the SD is 0 and ``tasks_needed`` 1, like an
     ``mde`` of 0: the pool measured no spread to size a comparison by, not that one task would do."""
     tasks = pool_tasks(rows_by_model)
     reference, *models = rows_by_model
+    design = pool_design(rows_by_model[reference], tasks)
 
     def pass_rates(model: str) -> np.ndarray:  # per task, over its attempts and seeds
         return task_values(rows_by_model[model], "passed", tasks).mean(axis=0)
 
-    out: dict = {"tasks": summary["tasks"], "attempts": attempts, "target_mde": TARGET_MDE, "deltas": {}}
+    out: dict = {"tasks": summary["tasks"], "attempts": attempts, "resampling": design.describe(),
+                 "target_mde": TARGET_MDE, "deltas": {}}
     for model in models:
         delta = summary["deltas"][model]["pass_rate"]
-        spread = (float(np.std(pass_rates(model) - pass_rates(reference), ddof=1)) if len(tasks) > 1
-                  else None)
+        spread = design.task_sd(pass_rates(model) - pass_rates(reference)) if len(tasks) > 1 else None
         out["deltas"][model] = {key: delta[key] for key in ("value", "low", "high", "mde")} | {
             "per_task_sd": None if spread is None else _number(spread),
             "tasks_needed": None if spread is None else tasks_needed(spread, TARGET_MDE)}
