@@ -318,6 +318,41 @@ class SynthesisConfig(_Strict):
         return self
 
 
+class PriceConfig(_Strict):
+    """What a model's tokens cost, in US dollars per million, for the cost of a task."""
+
+    prompt: float = Field(default=0.0, ge=0)
+    completion: float = Field(default=0.0, ge=0)
+
+
+class GeneratorConfig(_Strict):
+    """Who writes each task's workspace, request and criterion texts from its graph: ``template``
+    (the deterministic templates) or ``llm`` (three model agents, :mod:`interlock.synthesis.authors`;
+    the contract, the checks and the reference stay compiled from the graph)."""
+
+    name: Literal["template", "llm"]
+    backend: str | None = None  # llm: a backend registered in interlock.models (openai for any server)
+    #: llm: the model: the checkpoint folder of a local backend, or the name a server knows it by
+    model: str | None = None
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"  # local torch backends
+    max_context: int = Field(default=8192, ge=16)
+    temperature: float = Field(default=0.7, ge=0)
+    max_new_tokens: int = Field(default=4096, ge=1)  # per reply
+    max_attempts: int = Field(default=3, ge=1)  # replies per task and author before the task is rejected
+    batch_tasks: int = Field(default=16, ge=1)  # tasks whose authors are asked together
+    server: ServerConfig = ServerConfig()  # openai: the servers and the client's limits
+    price_per_mtok: PriceConfig = PriceConfig()
+
+    @model_validator(mode="after")
+    def _llm_names_its_model(self) -> GeneratorConfig:
+        if self.name == "llm":
+            if self.backend is None or self.model is None:
+                raise InterlockError("generator=llm needs a backend and a model (a checkpoint folder, or "
+                                     "the name a server serves)", item="params", field="generator.model")
+            BACKENDS.check(self.backend)
+        return self
+
+
 class TrackingConfig(_Strict):
     """W&B: offline by default (``WANDB_MODE`` in the environment wins), online, or disabled."""
 
@@ -346,6 +381,7 @@ class Params(BaseModel):
     tracking: TrackingConfig
     intervention: InterventionConfig
     synthesis: SynthesisConfig
+    generator: GeneratorConfig = GeneratorConfig(name="template")
 
     @model_validator(mode="after")
     def _breadth_fits_the_scale(self) -> Params:

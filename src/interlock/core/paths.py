@@ -30,6 +30,7 @@ class Paths(BaseModel):
     blueprints: Path
     graphs: Path
     packs: Path
+    author_timings: Path  # measured seconds of the model authors' calls (generator=llm)
     review: Path
     grown: Path  # recursive synthesis (``synthesis=rst``): the children and their lineage
     models: Path  # checkpoints: models/base, models/demo_sft, models/rft/seed-k

@@ -59,6 +59,19 @@ PACK_TABLES = {
     ]),
 }
 
+#: what the model authors (``generator=llm``) leave beside the packs, row-group aligned with them:
+#: the tasks they did not make into a pack and why, and every call (no seconds: those are measured,
+#: in :data:`AUTHOR_TIMINGS`); the template generator writes neither
+AUTHORING_TABLES = {
+    "unwritten": pa.schema([("task_id", s), ("domain_id", s), ("pool", s), ("reason", s)]),
+    "author_calls": pa.schema([
+        ("task_id", s), ("role", s), ("attempt", i32), ("prompt_tokens", i64), ("completion_tokens", i64),
+        ("accepted", b), ("problem", s),
+    ]),
+}
+#: measured seconds of each author call (no stage reads them)
+AUTHOR_TIMINGS = pa.schema([("task_id", s), ("role", s), ("attempt", i32), ("seconds", f64)])
+
 TRAJECTORIES = pa.schema([
     ("rollout_id", s), ("task_id", s), ("domain_id", s), ("pool", s), ("policy", s),
     ("attempt", i32), ("seed", i64), ("messages", s), ("turns", i32), ("tool_calls", i32),

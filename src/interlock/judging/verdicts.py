@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from interlock.core.chat import Message, render_turn
+from interlock.core.replies import NotAnObject, read_object
 from interlock.synthesis.packs import Criterion
 
 
@@ -157,8 +158,6 @@ NONCE_HEX = 16
 REASON_CHARS = 200
 #: the answer's keys: the two it must have, and the one it may add
 _REQUIRED, _OPTIONAL = ("nonce", "verdicts"), ("reason",)
-#: one markdown code fence around the whole answer (``` or ```json), which a reply may add
-_FENCE = re.compile(r"```(?:json)?[ \t]*\n(.*)\n[ \t]*```", re.DOTALL)
 
 
 class Refused(ValueError):
@@ -227,17 +226,10 @@ class AnswerForm:
         """The answer ``reply`` is, or :class:`Refused`: after stripping surrounding whitespace
         (and one code fence around everything), the reply must be one JSON object with this
         form's nonce, a boolean for exactly its criteria, no repeated and no other keys."""
-        text = reply.strip()
-        fenced = _FENCE.fullmatch(text)
-        text = fenced.group(1).strip() if fenced else text
         try:
-            value = json.loads(text, object_pairs_hook=_unique, parse_constant=_no_constant)
-        except Refused:
-            raise
-        except (ValueError, RecursionError) as exc:  # not JSON, text around it, two objects
-            raise Refused(f"not one JSON object ({getattr(exc, 'msg', type(exc).__name__)})") from None
-        if not isinstance(value, dict):
-            raise Refused(f"a JSON {type(value).__name__}, not an object")
+            value = read_object(reply)
+        except NotAnObject as exc:
+            raise Refused(str(exc)) from None
         keys = set(value)
         if not set(_REQUIRED) <= keys <= {*_REQUIRED, *_OPTIONAL}:
             raise Refused(f"keys {sorted(keys)}, not nonce and verdicts (and reason)")
@@ -257,13 +249,3 @@ class AnswerForm:
             raise Refused(f"a reason that is not a string of at most {REASON_CHARS} characters")
         return Answer(dict(verdicts), reason)
 
-
-def _unique(pairs: list[tuple[str, object]]) -> dict:
-    keys = [key for key, _ in pairs]
-    if len(set(keys)) != len(keys):
-        raise Refused("a repeated key")
-    return dict(pairs)
-
-
-def _no_constant(name: str) -> object:
-    raise Refused(f"{name} is not JSON")

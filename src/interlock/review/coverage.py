@@ -1,11 +1,26 @@
-"""Source-coverage review: the graph must survive, whole, into workspace, contract and rubric."""
+"""Source-coverage review: the graph must survive, whole, into workspace, contract and rubric, and
+the workspace must claim nothing the graph does not.
+
+Coverage is checked by execution: every evidence node is read back from the file at the locator
+the evidence index gives (a table row by its id, a policy clause by its id, a line span) and
+compared with the graph's values, whoever wrote the file. Fidelity is the other direction: a table
+of the graph's evidence holds no row the graph does not have, a policy names no clause and no
+number the graph's clauses do not, and no other file names a clause at all (a document that
+restates the policy is one that can contradict it).
+"""
 
 from __future__ import annotations
 
+import re
+
 from interlock.core.io import loads
 from interlock.synthesis.graph import CompletionGraph
-from interlock.synthesis.packs import CLAUSE_LINE, TaskPack
-from interlock.synthesis.workspace import parse_csv
+from interlock.synthesis.packs import CLAUSE_LINE, REQUEST_PATH, TaskPack, clause_values
+from interlock.synthesis.workspace import is_malformed, parse_csv
+
+#: a clause id as any text names it (P-1, P-12), not inside a longer code (XP-1, P-1a)
+CLAUSE_ID = re.compile(r"(?<![A-Za-z0-9_-])P-([1-9][0-9]*)(?![A-Za-z0-9_])")
+_NUMBER = re.compile(r"[0-9]+")
 
 
 def coverage_problems(graph: CompletionGraph, pack: TaskPack) -> list[dict]:
@@ -22,12 +37,9 @@ def coverage_problems(graph: CompletionGraph, pack: TaskPack) -> list[dict]:
         if row is None:
             missing("evidence", node.node_id, f"{what} has no entry in the evidence index")
             continue
-        text = pack.files.get(row["path"])
-        if text is None:
-            missing("evidence", node.node_id, f"{what}: {row['path']} is not in the workspace")
-        elif not _located(text, row):
-            missing("evidence", node.node_id,
-                    f"{what} is not found in {row['path']} at {row['locator']} {row['ref']}")
+        problem = located_problem(pack.files, row)
+        if problem is not None:
+            missing("evidence", node.node_id, f"{what}: {problem}")
 
     delivered = [set(item["node_ids"]) for item in pack.contract]
     criteria = {c.criterion_id: c for c in pack.rubric}
@@ -59,13 +71,124 @@ def coverage_problems(graph: CompletionGraph, pack: TaskPack) -> list[dict]:
     for criterion_id in criteria:
         if criterion_id not in pack.checks:
             missing("check", criterion_id, f"criterion {criterion_id} has no executable check")
+    for relation, ref, problem in fidelity_problems(graph, pack):
+        missing(relation, ref, problem)
     return problems
 
 
-def _located(text: str, row: dict) -> bool:
+# ----------------------------------------------------------------------------- reading at a locator
+
+def located_problem(files: dict[str, str], row: dict) -> str | None:
+    """Why the evidence an index row places is not there with its values (None: it is). The
+    row's ``expected`` is compiled from the graph: a record's row (every value must be in the
+    table's row of that id, or, for a line span, in those lines), a clause's text as the
+    templates render it (that exact line) or the values it must state (each in the clause)."""
+    path, locator, ref = row["path"], row["locator"], row["ref"]
+    text = files.get(path)
+    if text is None:
+        return f"{path} is not in the workspace"
     expected = loads(row["expected"], file="evidence_index", item=row["node_id"], field="expected")
-    if row["locator"] == "clause":
-        return CLAUSE_LINE.render(ref=row["ref"], text=expected) in text.splitlines()
-    _, rows = parse_csv(text)
-    found = [r for r in rows if r.get("id") == row["ref"]]
-    return len(found) == 1 and all(found[0].get(k) == str(v) for k, v in expected.items())
+    if locator == "row":
+        _, rows = parse_csv(text)
+        found = [r for r in rows if not is_malformed(r) and r.get("id") == ref]
+        if len(found) != 1:
+            return f"{path} has {len(found)} rows with id {ref}, not one"
+        wrong = sorted(k for k, v in expected.items() if found[0].get(k) != str(v))
+        if wrong:
+            return f"row {ref} of {path} has " + ", ".join(
+                f"{k} {found[0].get(k)!r}, not {str(expected[k])!r}" for k in wrong[:4])
+        return None
+    if locator == "clause":
+        block = clause_text(text, ref)
+        if block is None:
+            return f"{path} states no clause {ref}"
+        if isinstance(expected, str):
+            return None if CLAUSE_LINE.render(ref=ref, text=expected) in text.splitlines() else (
+                f"clause {ref} of {path} is not the clause the graph states")
+        unstated = [v for v in expected.values() if not states(block, v)]
+        return f"clause {ref} of {path} does not state {', '.join(unstated[:4])}" if unstated else None
+    if locator == "lines":
+        first, last = (int(n) for n in ref.split("-"))
+        lines = text.splitlines()
+        if last > len(lines):
+            return f"{path} has {len(lines)} lines, not lines {ref}"
+        block = "\n".join(lines[first - 1:last])
+        values = [str(v) for v in expected.values()] if isinstance(expected, dict) else [expected]
+        unstated = [v for v in values if not states(block, v)]
+        return f"lines {ref} of {path} do not hold {', '.join(unstated[:4])}" if unstated else None
+    return f"unknown locator {locator!r}"
+
+
+def clause_text(text: str, ref: str) -> str | None:
+    """The text of clause ``ref`` (``P-2``) in a policy: from the first line that names it to the
+    line before the next blank line or the next line that names another clause."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if ref in _clause_ids(line)), None)
+    if start is None:
+        return None
+    end = start + 1
+    while end < len(lines) and lines[end].strip() and not _clause_ids(lines[end]) - {ref}:
+        end += 1
+    return "\n".join(lines[start:end])
+
+
+def states(text: str, value: str) -> bool:
+    """Whether ``text`` states ``value`` exactly, as a whole (1965 is not in 19650, CC-200 not in
+    CC-2001, approved not in unapproved)."""
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(value)}(?![A-Za-z0-9_])", text) is not None
+
+
+def _int(digits: str) -> str:
+    return digits.lstrip("0") or "0"
+
+
+def _clause_ids(text: str) -> set[str]:
+    return {f"P-{n}" for n in CLAUSE_ID.findall(text)}
+
+
+# ----------------------------------------------------------------------------- fidelity
+
+def fidelity_problems(graph: CompletionGraph, pack: TaskPack) -> list[tuple[str, str, str]]:
+    """What the workspace claims beyond the graph, as (relation, ref, problem): a row in a table
+    of evidence that no evidence node is; in a policy, a clause id the graph does not have or a
+    number none of its clauses states; any other file (the request aside, which cites a clause as
+    an example) naming a clause."""
+    problems = []
+    rows_at: dict[str, set[str]] = {}
+    clause_paths: set[str] = set()
+    numbers: set[str] = set()
+    for node in graph.of_kind("evidence"):
+        if node.subkind == "clause":
+            clause_paths.add(node.attrs["path"])
+            for value in [*clause_values(node).values(), node.ref]:
+                numbers |= {_int(n) for n in _NUMBER.findall(value)}
+        else:
+            rows_at.setdefault(node.attrs["path"], set()).add(node.ref)
+    clauses = {n.ref for n in graph.of_kind("evidence") if n.subkind == "clause"}
+    for path, ids in sorted(rows_at.items()):
+        _, rows = parse_csv(pack.files.get(path, ""))
+        if any(is_malformed(r) for r in rows):
+            problems.append(("evidence", path, f"{path} is not a well-formed table"))
+            continue
+        extra = sorted({r.get("id") or "(no id)" for r in rows} - ids)
+        if extra:
+            problems.append(("evidence", path, f"{path} holds rows the graph has no evidence for: "
+                                               f"{', '.join(extra[:4])}"))
+    for path in sorted(clause_paths):
+        text = pack.files.get(path, "")
+        unknown = sorted(_clause_ids(text) - clauses)
+        if unknown:
+            problems.append(("evidence", path, f"{path} names clauses the graph does not have: "
+                                               f"{', '.join(unknown[:4])}"))
+        stray = sorted({_int(n) for n in _NUMBER.findall(text)} - numbers, key=int)
+        if stray:
+            problems.append(("evidence", path, f"{path} states numbers no clause of the graph has: "
+                                               f"{', '.join(stray[:4])}"))
+    for path, text in sorted(pack.files.items()):
+        if path in clause_paths or path == REQUEST_PATH:
+            continue
+        named = sorted(_clause_ids(text))
+        if named:
+            problems.append(("evidence", path,
+                             f"{path} names clause {', '.join(named[:4])} outside the policy"))
+    return problems

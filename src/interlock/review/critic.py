@@ -1,9 +1,17 @@
 """Public-input critic: sees only what the solver sees (the request and the workspace).
 
-It solves the task from public material alone, by parsing the request and the policy with the
-same templates that wrote them, and runs every criterion's check on its own result. A
-criterion that fails there depends on something the public material does not say: a hidden
-condition, a value only the private index holds, a deliverable the request never asks for.
+Two readings of the public material:
+
+- :func:`support_problems`, for every pack, whoever wrote it: each criterion's needs must be
+  stated in public text, by name: the request names the records to process (their table, the
+  status that marks them) and the policy, every deliverable's file and fields, and submit; every
+  value a deliverable holds is either the decision's, the case's record's, or stated in a public
+  file (an account code only a private file knows is a hidden condition);
+- :func:`critic_problems`, for template packs: it solves the task from public material alone,
+  by parsing the request and the policy with the same templates that wrote them, and runs every
+  criterion's check on its own result. A criterion that fails there depends on something the
+  public material does not say: a hidden condition, a value only the private index holds, a
+  deliverable the request never asks for.
 """
 
 from __future__ import annotations
@@ -12,10 +20,12 @@ from collections import defaultdict
 
 from interlock.core.chat import ToolCall
 from interlock.review.controls import ReferenceRun, submitted
+from interlock.review.coverage import states
 from interlock.synthesis.checks import View, run_check
+from interlock.synthesis.graph import CompletionGraph
 from interlock.synthesis.kinds.couplings import COUPLING_KINDS, Constraint, resolve
 from interlock.synthesis.kinds.decisions import DECISION_KINDS
-from interlock.synthesis.kinds.effects import EFFECT_KINDS, register_entry
+from interlock.synthesis.kinds.effects import EFFECT_KINDS, REGISTER_COLUMNS, REGISTER_PATH, register_entry
 from interlock.synthesis.oracle import replay
 from interlock.synthesis.packs import CLAUSE_LINE, OPTIONS_LINE, REGISTER_LINE, REQUEST_PATH, SCOPE, TaskPack
 from interlock.synthesis.workspace import parse_csv
@@ -123,3 +133,52 @@ def critic_problems(pack: TaskPack, reference: ReferenceRun | None = None) -> li
 
 def _first(items):
     return next((item for item in items if item is not None), None)
+
+
+# ----------------------------------------------------------------------------- stated support
+
+#: the status a case to process has, which the request must name
+PENDING = "pending"
+
+
+def support_problems(graph: CompletionGraph, pack: TaskPack) -> list[dict]:
+    """The criteria whose needs the public material does not state, and what is missing: what
+    :func:`critic_problems` finds by solving, found here by reading, so it holds for any author."""
+    request = pack.files.get(REQUEST_PATH, "")
+    public = "\n".join(text for _, text in sorted(pack.files.items()))
+    evidence = graph.of_kind("evidence")
+    policies = sorted({n.attrs["path"] for n in evidence if n.subkind == "clause"})
+    tables = sorted({n.attrs["path"] for n in evidence if n.subkind != "clause"})
+    cases = {n.ref: n.attrs["row"] for n in evidence if n.subkind == "record"}
+    problems = []
+
+    def unnamed(names: list[str]) -> list[str]:
+        return [name for name in names if not states(request, name)]
+
+    def lacks(criterion, missing: list[str]) -> None:
+        if missing:
+            problems.append({"criterion_id": criterion.criterion_id,
+                             "problem": f"not derivable from public material ({criterion.kind}): the "
+                                        f"request does not name {', '.join(missing[:5])}"})
+
+    for criterion in pack.rubric:
+        if criterion.kind in ("primary", "grounding"):
+            lacks(criterion, unnamed([*tables, *policies, PENDING, REGISTER_PATH, *REGISTER_COLUMNS]))
+        elif criterion.kind == "coupling":
+            lacks(criterion, unnamed(policies))
+        elif criterion.kind == "submit":
+            lacks(criterion, unnamed(["submit"]))
+        elif criterion.kind == "realization":
+            decision, effect = (graph.by_id[n] for n in criterion.node_ids[:2])
+            made = effect.attrs["realization"]
+            target = made["path"].rsplit("/", 1)[0] if made["op"] == "write_file" else made["path"]
+            lacks(criterion, unnamed([target, *made["fields"]]))
+            own = {decision.attrs["outcome"], decision.attrs["basis"], str(decision.attrs["amount"]),
+                   *map(str, cases.get(decision.attrs["case_id"], {}).values())}
+            hidden = [f"{name} {value}" for name, value in made["fields"].items()
+                      if str(value) not in own and not states(public, str(value))]
+            if hidden:
+                problems.append({"criterion_id": criterion.criterion_id,
+                                 "problem": "not derivable from public material (realization): no public "
+                                            f"file states {', '.join(hidden[:3])}"})
+    return problems

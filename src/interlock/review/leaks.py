@@ -104,7 +104,9 @@ def leak_problems(graph: CompletionGraph, pack: TaskPack) -> list[dict]:
         return []
     task = _Task(graph, pack, cases)
     problems = []
-    for label, lines in _statements(pack, task.evidence):
+    given = {REQUEST_PATH, *(str(n.attrs["path"]) for n in graph.of_kind("evidence")),
+             *(str(item["path"]) for item in pack.contract)}
+    for label, lines in _statements(pack, task.evidence, given):
         statement = _Statement(lines)
         named = {}
         for case in cases:
@@ -138,20 +140,34 @@ def _secrets(pack: TaskPack) -> dict[str, list[tuple[str, str]]]:
     return {key: sorted(pairs) for key, pairs in sorted(found.items())}
 
 
-def _row_key(row: dict) -> tuple:
-    return tuple(sorted((str(k), str(v)) for k, v in row.items()))
+def _beyond_evidence(row: dict, evidence: dict[str, dict[str, str]]) -> list[str] | None:
+    """The cells of a table row beyond the evidence row it is (its id first, then the values of
+    the columns the graph does not have: an author's notes), or None where it is no evidence row:
+    no evidence row has its id, or a value differs."""
+    known = evidence.get(str(row.get("id")))
+    if known is None or any(row.get(column) != value for column, value in known.items()):
+        return None
+    extra = [str(value) for column, value in row.items() if column not in known and str(value).strip()]
+    return [known["id"], *extra] if extra else []
 
 
 # ----------------------------------------------------------------------------- statements
 
 
-def _statements(pack: TaskPack, evidence: set[tuple]) -> Iterator[tuple[str, list[tuple[int, str]]]]:
-    """(label, [(line number, text)]) of every public file, its path as line 0, and of the
-    request message where it is not its file's text."""
+def _statements(pack: TaskPack, evidence: dict[str, dict[str, str]],
+                given: set[str]) -> Iterator[tuple[str, list[tuple[int, str]]]]:
+    """(label, [(line number, text)]) of every public file, its path as line 0 unless the task
+    gives it (``given``: where the graph puts its evidence and deliverables, and the request: no
+    author chose those names, so ``referral_authorizations.csv`` says nothing of a case), and of
+    the request message where it is not its file's text."""
     files = pack.public_files()
     for path, text in sorted(files.items()):
         rows = _table(text, evidence) if path.lower().endswith(".csv") else None
-        yield path, [(PATH_LINE, path), *(rows if rows is not None else _prose(text))]
+        lines = rows if rows is not None else _prose(text)
+        if path not in given:
+            lines = [(PATH_LINE, path), *lines]
+        if lines:
+            yield path, lines
     if pack.request and pack.request != files.get(REQUEST_PATH):
         yield "the request message", _prose(pack.request)
 
@@ -160,12 +176,13 @@ def _prose(text: str) -> list[tuple[int, str]]:
     return list(enumerate(text.splitlines(), start=1))
 
 
-def _table(text: str, evidence: set[tuple]) -> list[tuple[int, str]] | None:
-    """The header and every row that is not an evidence row, by line, cells apart; None where the
-    CSV reader cannot take the table (it is then read as prose). A row the workspace tools would
-    refuse (too few or too many cells) is read all the same."""
+def _table(text: str, evidence: dict[str, dict[str, str]]) -> list[tuple[int, str]] | None:
+    """The header and every row that is not an evidence row, by line, cells apart, and of an
+    evidence row the cells an author added to it, with its id; None where the CSV reader cannot
+    take the table (it is then read as prose). A row the workspace tools would refuse (too few or
+    too many cells) is read all the same."""
     header, rows = parse_csv(text)  # cached: the other reviews read the same tables
-    if not any(MALFORMED in row or _row_key(row) not in evidence for row in rows):
+    if not any(MALFORMED in row or _beyond_evidence(row, evidence) != [] for row in rows):
         return [(1, " | ".join(header))] if header else []
     reader = csv.reader(io.StringIO(text))
     lines: list[tuple[int, str]] = []
@@ -178,8 +195,12 @@ def _table(text: str, evidence: set[tuple]) -> list[tuple[int, str]] | None:
                 continue
             if columns is None:
                 columns = cells
-            elif len(cells) == len(columns) and _row_key(dict(zip(columns, cells, strict=True))) in evidence:
-                continue
+            elif len(cells) == len(columns):
+                beyond = _beyond_evidence(dict(zip(columns, cells, strict=True)), evidence)
+                if beyond is not None:
+                    if beyond:
+                        lines.append((start, " | ".join(beyond)))
+                    continue
             lines.append((start, " | ".join(cells)))
     except csv.Error:
         return None
@@ -210,9 +231,9 @@ class _Statement:
     def lines(self) -> list[_Line]:
         joined = "\n".join(text for _, text in self.raw)
         if joined.isascii() and "&" not in joined:
-            folded = _fold(joined).split("\n")
+            folded = fold(joined).split("\n")
         else:
-            folded = [_BREAKS.sub(" ", _fold(text)) for _, text in self.raw]
+            folded = [_BREAKS.sub(" ", fold(text)) for _, text in self.raw]
         return [_Line(number, raw, text) for (number, raw), text in zip(self.raw, folded, strict=True)]
 
     def case_lines(self, case: _Case, task: _Task) -> list[int]:
@@ -384,7 +405,7 @@ def _fold_keeping_case(text: str) -> str:
     return _CAMEL.sub(" ", text)
 
 
-def _fold(text: str) -> str:
+def fold(text: str) -> str:
     """The text as a reader takes it (:func:`_fold_keeping_case`, case folded, ``O``/``l``/``I``
     among digits read as digits)."""
     return _DIGITISH.sub(_as_digits, _fold_keeping_case(text).casefold())
@@ -434,7 +455,7 @@ class _Case:
 
     @classmethod
     def of(cls, key: str, values: list[tuple[str, str]]) -> _Case:
-        folded = _fold(key)
+        folded = fold(key)
         tokens = [_int(t) if t[0].isdigit() else t for t in _TOKEN.findall(folded)] or [folded]
         match = _CASE_KEY.fullmatch(folded)
         if match is None or len(match.group(2)) < MIN_BARE_DIGITS:
@@ -452,7 +473,7 @@ class _Value:
         if _PLAIN_NUMBER.fullmatch(value.strip()):
             self.number = float(value)
             return
-        folded = _fold(value)
+        folded = fold(value)
         tokens = [_int(t) if t[0].isdigit() else t for t in _TOKEN.findall(folded)] or [folded]
         self.sequences.append(tokens)
         date = _ISO_DATE.fullmatch(value.strip())
@@ -491,7 +512,8 @@ class _Task:
 
     def __init__(self, graph: CompletionGraph, pack: TaskPack, cases: list[_Case]) -> None:
         self.graph, self.pack, self.cases = graph, pack, cases
-        self.evidence = {_row_key(n.attrs["row"]) for n in graph.of_kind("evidence") if "row" in n.attrs}
+        self.evidence = {str(n.attrs["row"].get("id")): {str(k): str(v) for k, v in n.attrs["row"].items()}
+                         for n in graph.of_kind("evidence") if "row" in n.attrs}
         self._values: dict[str, _Value] = {}
         self._explainers: _Explainers | None = None
 
@@ -501,13 +523,13 @@ class _Task:
         markers = set()
         for item in self.pack.contract:
             path, key = str(item["path"]), str(item["key"])
-            markers.add(_fold(path.rsplit("/", 1)[0] + "/" if key in path else path))
+            markers.add(fold(path.rsplit("/", 1)[0] + "/" if key in path else path))
         return sorted(m for m in markers if m.strip("/"))
 
     @cached_property
     def clauses(self) -> list[tuple[str, str]]:
         """(the skeleton of its ref, its folded text) of every clause of the graph."""
-        return [(_NON_ALNUM.sub("", _fold(n.ref)), _fold(str(n.attrs.get("text", ""))))
+        return [(_NON_ALNUM.sub("", fold(n.ref)), fold(str(n.attrs.get("text", ""))))
                 for n in self.graph.of_kind("evidence") if n.subkind == "clause" and n.attrs.get("text")]
 
     def clause_spans(self, text: str) -> list[tuple[int, int]]:
@@ -552,9 +574,9 @@ class _Explainers:
                  for v in n.attrs["row"].values()}
         texts |= {value for c in task.cases for _, value in c.values}
         texts |= {word for _, clause in task.clauses for word in _CLAUSE_CODE.findall(clause)}
-        texts -= {c.key for c in task.cases} | {_fold(c.key) for c in task.cases}
+        texts -= {c.key for c in task.cases} | {fold(c.key) for c in task.cases}
         codes = []
-        for folded in sorted({_fold(t) for t in texts}):
+        for folded in sorted({fold(t) for t in texts}):
             tokens = _TOKEN.findall(folded)
             if len(tokens) > 1 and any(t[0].isalpha() for t in tokens) and _numbers_in(folded) & numbers:
                 joined = r"[^\w\s]?".join(map(re.escape, tokens))

@@ -4,19 +4,20 @@ and the admitted tasks."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
 from interlock.core import schemas
-from interlock.core.config import Params
+from interlock.core.config import Params, PriceConfig
 from interlock.core.errors import InterlockError
-from interlock.core.io import count_rows, write_table_set
+from interlock.core.io import count_rows, read_rows, write_table_set
 from interlock.core.paths import Paths
 from interlock.core.runner import task_progress
 from interlock.core.tracking import StageReport
 from interlock.judging.agent import AgentJudge
 from interlock.review.execution import ExecutionGate
-from interlock.review.static import review_pack
+from interlock.review.static import review_pack, unwritten_verdict
 from interlock.rollout.engine import RolloutLimits
 from interlock.rollout.solvers import solver_backend
 from interlock.synthesis.catalog import Catalog
@@ -41,26 +42,39 @@ def kill_rates(rows: list[dict]) -> dict[str, dict]:
 
 
 def run_review(graphs_dir: Path, packs_dir: Path, out: Path, *, catalog: Catalog,
-               gate: ExecutionGate | None = None) -> dict:
+               gate: ExecutionGate | None = None, authored: bool = False) -> dict:
     """Write the review reports and the admitted tasks; return summary metrics: per pool, and the
     mutation controls' kill rates by criterion kind (``mutants``).
 
     Without a ``gate`` the review is static (coverage, critic, controls, mutation controls); with
-    one, every statically admitted task also needs a cleanly judged validation rollout."""
-    total = count_rows(packs_dir / "tasks.parquet", schemas.PACK_TABLES["tasks"])
+    one, every statically admitted task also needs a cleanly judged validation rollout.
+    ``authored``: model authors wrote the packs (``generator=llm``); a task they left unwritten
+    (``unwritten`` beside the packs) is rejected with their reason."""
+    total = count_rows(graphs_dir / "tasks.parquet", schemas.GRAPH_TABLES["tasks"])
+    unwritten = ({r["task_id"]: r["reason"] for r in read_rows(packs_dir / "unwritten.parquet",
+                                                               schemas.AUTHORING_TABLES["unwritten"])}
+                 if authored else {})
     summary: dict[str, Counter] = {}
     mutation_rows: list[dict] = []
     with write_table_set(out, schemas.REVIEW_TABLES) as tables, task_progress(total, "review") as bar:
         for graphs, packs in zip(iter_graphs(graphs_dir), iter_packs(packs_dir), strict=True):
-            if [g.task_id for g in graphs] != [p.task_id for p in packs]:
+            by_id = {p.task_id: p for p in packs}
+            if [p.task_id for p in packs] != [g.task_id for g in graphs if g.task_id in by_id] or any(
+                    g.task_id not in by_id and g.task_id not in unwritten for g in graphs):
                 raise InterlockError("graphs and packs are not aligned by task", file=str(packs_dir))
             rows: dict[str, list[dict]] = {name: [] for name in schemas.REVIEW_TABLES}
-            for graph, pack in zip(graphs, packs, strict=True):
-                for name, table_rows in review_pack(graph, pack, catalog[pack.domain_id]).items():
+            for graph in graphs:
+                pack = by_id.get(graph.task_id)
+                if pack is None:
+                    rows["verdicts"].append(unwritten_verdict(graph.task_id, graph.domain_id, graph.pool,
+                                                              unwritten[graph.task_id]))
+                    continue
+                reviewed = review_pack(graph, pack, catalog[pack.domain_id], authored=authored)
+                for name, table_rows in reviewed.items():
                     rows[name] += table_rows
             mutation_rows += [{k: m[k] for k in ("kind", "killed")} for m in rows["mutations"]]
             if gate is not None:
-                _execution_gate(gate, catalog, graphs, packs, rows)
+                _execution_gate(gate, catalog, [g for g in graphs if g.task_id in by_id], packs, rows)
             for verdict in rows["verdicts"]:
                 pool = summary.setdefault(verdict["pool"], Counter())
                 pool["tasks"] += 1
@@ -70,7 +84,7 @@ def run_review(graphs_dir: Path, packs_dir: Path, out: Path, *, catalog: Catalog
             rows["admitted"] = [{k: v[k] for k in ("task_id", "domain_id", "pool")}
                                 for v in rows["verdicts"] if v["admitted"]]
             tables.write(rows)
-            bar.update(len(packs))
+            bar.update(len(graphs))
     pools = {pool: dict(sorted(counts.items())) for pool, counts in sorted(summary.items())}
     return {**pools, "mutants": kill_rates(mutation_rows)}
 
@@ -97,13 +111,67 @@ def _execution_gate(gate: ExecutionGate, catalog: Catalog, graphs: list[Completi
 def review(params: Params, paths: Paths) -> StageReport:
     solver, policy, runtime = solver_backend(params.scale.validation.solver, params, paths.base_model, "base")
     limits = RolloutLimits.of(params.scale.rollouts, params.backbone.generation)
+    authored = params.generator.name == "llm"
     with AgentJudge(episode=limits.episode) as judge:
         gate = ExecutionGate(solver, judge, policy=policy, seed=params.seed, limits=limits)
         summary = run_review(paths.graphs, paths.packs, paths.review, catalog=load_domains(paths.domains),
-                             gate=gate)
+                             gate=gate, authored=authored)
     for pool, counts in summary.items():
         if pool == "mutants":
             continue
         print(f"review: {pool}: {counts['admitted']} of {counts['tasks']} admitted "
               f"({counts['validation_passed']} validation rollouts passed)")
+    if authored:
+        summary["authoring"] = authoring_summary(paths.packs, paths.author_timings, paths.review,
+                                                 params.generator.price_per_mtok)
+        cost = summary["authoring"]["per_admitted_task"]
+        print(f"review: the authors spent {cost['calls']} calls, {cost['prompt_tokens']} prompt and "
+              f"{cost['completion_tokens']} completion tokens, ${cost['usd']} per admitted task")
     return StageReport(metrics=summary, config={"runtime": runtime})
+
+
+#: how many of the most common rejection reasons the authoring summary lists, and how much of each
+TOP_REASONS, REASON_CHARS = 10, 160
+#: the verdict's flags, one per review (False: it refused the task)
+REVIEW_FLAGS = ("coverage_ok", "critic_ok", "leaks_ok", "controls_ok", "mutations_ok", "execution_ok")
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def authoring_summary(packs_dir: Path, timings: Path, review_dir: Path, price: PriceConfig) -> dict:
+    """What the model authors cost and what came of it: per role, the calls, replies refused and
+    tokens; over every call, the cost of one admitted task (``per_admitted_task``: everything spent,
+    rejected tasks' calls included, over the tasks admitted); the admission rate and the most
+    common reasons tasks were rejected (counted per task, digits read as ``#`` so one reason in
+    many tasks counts as one), and how many tasks each review refused (``authoring``: never
+    written)."""
+    calls = read_rows(packs_dir / "author_calls.parquet", schemas.AUTHORING_TABLES["author_calls"])
+    seconds = sum(r["seconds"] for r in read_rows(timings, schemas.AUTHOR_TIMINGS))
+    verdicts = read_rows(review_dir / "verdicts.parquet", schemas.REVIEW_TABLES["verdicts"])
+    admitted = sum(v["admitted"] for v in verdicts)
+    roles: dict[str, Counter] = {}
+    for call in calls:
+        role = roles.setdefault(call["role"], Counter())
+        role.update(calls=1, refused=int(not call["accepted"]), prompt_tokens=call["prompt_tokens"],
+                    completion_tokens=call["completion_tokens"])
+    prompt = sum(r["prompt_tokens"] for r in calls)
+    completion = sum(r["completion_tokens"] for r in calls)
+    usd = (prompt * price.prompt + completion * price.completion) / 1e6
+    per = max(admitted, 1)
+    by_review: Counter = Counter()
+    reasons: Counter = Counter()
+    for verdict in verdicts:
+        if verdict["admitted"]:
+            continue
+        authoring = [r for r in verdict["reasons"] if r.startswith("authoring: ")]
+        by_review.update(["authoring"] if authoring else
+                         [flag.removesuffix("_ok") for flag in REVIEW_FLAGS if verdict[flag] is False])
+        reasons.update(sorted({_DIGITS.sub("#", r)[:REASON_CHARS] for r in verdict["reasons"]}))
+    return {"tasks": len(verdicts), "admitted": admitted,
+            "admission_rate": round(admitted / len(verdicts), 4) if verdicts else None,
+            "roles": {name: dict(sorted(counts.items())) for name, counts in sorted(roles.items())},
+            "per_admitted_task": {"calls": round(len(calls) / per, 3),
+                                  "prompt_tokens": round(prompt / per, 1),
+                                  "completion_tokens": round(completion / per, 1),
+                                  "seconds": round(seconds / per, 3), "usd": round(usd / per, 6)},
+            "rejected_by": dict(sorted(by_review.items())),
+            "reasons": dict(reasons.most_common(TOP_REASONS))}

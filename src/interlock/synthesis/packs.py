@@ -120,17 +120,56 @@ def scripted_workspace(graph: CompletionGraph, domain: Domain) -> tuple[dict[str
         f"# {domain.policy.title}\n\nThese clauses govern the {domain.case.plural} in "
         f"`{domain.case.table}`.\n\n"
         + "".join(CLAUSE_LINE.render(ref=n.ref, text=n.attrs["text"]) + "\n" for n in clauses))
-    files[REGISTER_PATH] = ",".join(REGISTER_COLUMNS) + "\n"
+    return {**files, **deliverable_targets(graph, domain)}, index
+
+
+def deliverable_targets(graph: CompletionGraph, domain: Domain) -> dict[str, str]:
+    """The files the agent writes into, as the task starts: the decision register and each
+    requested effect's table, with their headers (a document effect has none). Compiled from the
+    graph whoever writes the rest of the workspace."""
+    targets = {REGISTER_PATH: ",".join(REGISTER_COLUMNS) + "\n"}
     for spec in requested_effects(graph, domain):
         kind = EFFECT_KINDS[spec.kind]
         header = kind.header(kind.words(domain, spec))
         if header is not None:
-            files[spec.file] = header
-    return files, index
+            targets[spec.file] = header
+    return targets
 
 
 def _index_row(node: Node, locator: str, expected: object) -> dict:
     return {"node_id": node.node_id, "path": node.attrs["path"], "locator": locator, "ref": node.ref,
+            "expected": dumps(expected)}
+
+
+#: a clause's words that prose may put its own way (the case's noun, its plural)
+DESCRIPTIVE_RULE_KEYS = frozenset({"noun", "plural", "option_plural"})
+
+
+def clause_values(node: Node) -> dict[str, str]:
+    """What a clause must state, however it is worded: every value of its rule (numbers, outcome
+    words, columns, groups, each item of a list), but the words that only describe (the noun);
+    keyed by where in the rule each sits (``tiers.0.1``)."""
+    values: dict[str, str] = {}
+
+    def walk(key: str, value: object) -> None:
+        if isinstance(value, (list, tuple)):
+            for position, item in enumerate(value):
+                walk(f"{key}.{position}", item)
+        elif isinstance(value, (str, int)) and not isinstance(value, bool):
+            values[key] = str(value)
+
+    for key, value in sorted(node.attrs["rule"].items()):
+        if key not in DESCRIPTIVE_RULE_KEYS:
+            walk(key, value)
+    return values
+
+
+def authored_index_row(node: Node, path: str, locator: str, ref: str) -> dict:
+    """An evidence index row where an author put the node (``path``, ``locator``, ``ref``), with
+    what must be found there compiled from the graph: a record's row, or the values a clause
+    states (:func:`clause_values`)."""
+    expected = clause_values(node) if node.subkind == "clause" else node.attrs["row"]
+    return {"node_id": node.node_id, "path": path, "locator": locator, "ref": ref,
             "expected": dumps(expected)}
 
 
@@ -147,7 +186,13 @@ def scripted_request(graph: CompletionGraph, domain: Domain) -> tuple[str, list[
         kind = EFFECT_KINDS[spec.kind]
         lines.append("- " + kind.render(kind.words(domain, spec)))
     lines += ["", FORMATS_LINE, "", SUBMIT_LINE]
-    contract = []
+    return "\n".join(lines) + "\n", compiled_contract(graph)
+
+
+def compiled_contract(graph: CompletionGraph) -> list[dict]:
+    """The private deliverable contract: one row per decision (its register entry) and per
+    realization edge (the effect's record), with what it holds, compiled from the graph."""
+    contract: list[dict] = []
     for decision in graph.of_kind("decision"):
         a = decision.attrs
         contract.append(_deliverable(len(contract), "register", [decision.node_id],
@@ -156,7 +201,7 @@ def scripted_request(graph: CompletionGraph, domain: Domain) -> tuple[str, list[
             contract.append(_deliverable(len(contract), effect.subkind,
                                          [decision.node_id, effect.node_id],
                                          Realization.from_dict(effect.attrs["realization"])))
-    return "\n".join(lines) + "\n", contract
+    return contract
 
 
 def requested_effects(graph: CompletionGraph, domain: Domain) -> list:

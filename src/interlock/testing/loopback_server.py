@@ -55,15 +55,17 @@ Script = Callable[[Request], Answer]
 
 
 def completion_body(content: str, calls: list[tuple[str, dict]] = (), *, prompt_tokens: int = 0,
-                    completion_tokens: int = 0) -> bytes:
-    """A chat completion as OpenAI's API writes it: structured tool calls, arguments as JSON text."""
+                    completion_tokens: int = 0, finish_reason: str | None = None) -> bytes:
+    """A chat completion as OpenAI's API writes it: structured tool calls, arguments as JSON text
+    (``finish_reason`` None: ``tool_calls`` where there are calls, else ``stop``)."""
     tool_calls = [{"id": f"call_{i}", "type": "function",
                    "function": {"name": name, "arguments": json.dumps(args)}}
                   for i, (name, args) in enumerate(calls)]
     message = {"role": "assistant", "content": content, **({"tool_calls": tool_calls} if tool_calls else {})}
+    finish_reason = finish_reason or ("tool_calls" if tool_calls else "stop")
     return json.dumps({"id": "chatcmpl-loopback", "object": "chat.completion", "model": "loopback",
                        "choices": [{"index": 0, "message": message,
-                                    "finish_reason": "tool_calls" if tool_calls else "stop"}],
+                                    "finish_reason": finish_reason}],
                        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                                  "total_tokens": prompt_tokens + completion_tokens}}).encode()
 
@@ -124,8 +126,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a handler still sleeping never holds the process up
     request_queue_size = 1024  # a lockstep turn connects all at once: the default backlog of 5 drops some
 
-    def __init__(self, owner: LoopbackServer, index: int) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, owner: LoopbackServer, index: int, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
         self.owner, self.index = owner, index
 
 
@@ -177,21 +179,22 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class LoopbackServer:
-    """``endpoints`` servers on 127.0.0.1 (ports the system picks), answering ``script``'s
-    answers. Bounded: after ``max_requests`` requests, or ``max_seconds`` after it started, every
-    request is answered 503 at once. Use it as a context manager; ``urls`` are the ``/v1``
-    addresses, ``served`` counts the requests each endpoint took, ``peak_in_flight`` the most
+    """``endpoints`` servers on 127.0.0.1 (on ports the system picks, or ``port`` onwards),
+    answering ``script``'s answers. Bounded: after ``max_requests`` requests, or ``max_seconds``
+    after it started, every request is answered 503 at once. Use it as a context manager; ``urls``
+    are the ``/v1`` addresses, ``served`` counts the requests each endpoint took, ``peak_in_flight`` the most
     being answered at once."""
 
     def __init__(self, script: Script, endpoints: int = 2, *, max_requests: int = 100_000,
-                 max_seconds: float = 600.0) -> None:
+                 max_seconds: float = 600.0, port: int = 0) -> None:
         self.script, self.max_requests, self.max_seconds = script, max_requests, max_seconds
         self.lock = threading.Lock()
         self.seen: Counter[str] = Counter()
         self.served = [0] * endpoints
         self.in_flight = self.peak_in_flight = 0
         self.started = 0.0
-        self._servers = [_Server(self, index) for index in range(endpoints)]
+        # port 0: one the system picks for each endpoint; else endpoint i listens on port + i
+        self._servers = [_Server(self, index, port + index if port else 0) for index in range(endpoints)]
         self.urls = [f"http://127.0.0.1:{s.server_address[1]}/v1" for s in self._servers]
 
     def answer(self, body: dict, key: str, endpoint: int) -> Answer:

@@ -1,0 +1,365 @@
+"""The generators as model agents (``generator=llm``): each author's form, the ask-validate-retry
+loop, and every class of mistake an author makes planted through a real OpenAI-compatible HTTP
+server (the scripted author on loopback), each refused with a reason that names it, beside its
+clean twin, which is admitted."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import jsonschema
+import pytest
+
+from interlock.core import schemas
+from interlock.core.backend import ChatRequest, Completion
+from interlock.core.config import GeneratorConfig, ServerConfig
+from interlock.core.errors import InterlockError
+from interlock.core.io import read_rows
+from interlock.core.seeds import stable_seed
+from interlock.core.types import TaskSize
+from interlock.models.openai_backend import OpenAIBackend
+from interlock.review.static import review_pack
+from interlock.rollout.engine import RolloutLimits, run_episodes
+from interlock.rollout.runs import plan_episodes
+from interlock.rollout.scripted import ScriptedBackend
+from interlock.synthesis.authors.agents import Ask, AuthorSettings, Refusal, ask, author_backend
+from interlock.synthesis.authors.compile import Unwritten, author_packs
+from interlock.synthesis.authors.forms import FormError, Limits, request_form, rubric_form, workspace_form
+from interlock.synthesis.blueprints import make_blueprint
+from interlock.synthesis.graph import build_graph
+from interlock.synthesis.tasks import TaskContext
+from interlock.testing.authors import FAULTS, RECOVERS, ScriptedAuthor
+from interlock.testing.loopback_server import LoopbackServer
+
+LIMITS = Limits()
+SETTINGS = AuthorSettings(max_new_tokens=4096, max_attempts=3)
+#: what each fault's refusal must say (the verdict flag of the review that refuses it, or
+#: ``authoring`` for a task never written), and a few words of its reason
+REFUSED = {
+    "row_dropped": ("coverage_ok", "rows with id"),
+    "value_altered": ("coverage_ok", "not '"),
+    "parameter_changed": ("coverage_ok", "does not state"),
+    "contradicting_clause": ("coverage_ok", "names clauses the graph does not have"),
+    "outcome_leaked": ("leaks_ok", "leak: memos/intake_note.md"),
+    "deliverable_missing": ("critic_ok", "the request does not name"),
+    "index_misplaced": ("coverage_ok", "not '"),
+    "rule_private": ("coverage_ok", "states no clause"),
+    "malformed": ("authoring", "not one JSON object"),
+    "endless": ("authoring", "cut off"),
+    "addressed": ("leaks_ok", "addresses whoever reviews or grades the task"),
+}
+
+
+SMALL = TaskSize(2, 1, 1, 1)
+
+
+def _graphs(catalog, domains, size=SMALL, index=0):
+    return [build_graph(make_blueprint(d, "rft", index, size, stable_seed(11, d.id, index)), d)
+            for d in domains]
+
+
+def _outcomes(graphs) -> dict[str, dict[str, str]]:
+    return {g.task_id: {n.attrs["case_id"]: n.attrs["outcome"] for n in g.of_kind("decision")}
+            for g in graphs}
+
+
+def _authored(catalog, graphs, faults: dict[str, str]):
+    with LoopbackServer(ScriptedAuthor(faults, _outcomes(graphs)), endpoints=1) as server:
+        backend = OpenAIBackend(server.urls, "scripted-author", max_in_flight=8, max_retries=0, timeout_s=60)
+        return author_packs(graphs, catalog, backend, SETTINGS)
+
+
+def _verdict(catalog, graph, made) -> dict:
+    if isinstance(made, Unwritten):
+        return {"admitted": False, "authoring": False, "reasons": [made.reason]}
+    return review_pack(graph, made, catalog[graph.domain_id], authored=True)["verdicts"][0]
+
+
+# ----------------------------------------------------------------------------- the forms
+
+@pytest.fixture(scope="module")
+def graph(catalog):
+    return _graphs(catalog, catalog.domains[:1])[0]
+
+
+def _workspace_form(graph):
+    return workspace_form({n.node_id: n.attrs["path"] for n in graph.of_kind("evidence")},
+                          {"REQUEST.md", "out/decisions.csv"}, LIMITS)
+
+
+def _clean_workspace(graph) -> dict:
+    paths = sorted({n.attrs["path"] for n in graph.of_kind("evidence")})
+    return {"files": [{"path": p, "content": "x\n"} for p in paths] + [{"path": "memo.md", "content": "hi"}],
+            "index": [{"node_id": n.node_id, "path": n.attrs["path"],
+                       "locator": "clause" if n.subkind == "clause" else "row", "ref": n.ref}
+                      for n in graph.of_kind("evidence")]}
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    (lambda a: {**a, "extra": 1}, "not exactly ['files', 'index']"),
+    (lambda a: {**a, "files": "all of them"}, "files is a JSON str, not an array"),
+    (lambda a: {**a, "files": a["files"] + [{"path": "../escape.md", "content": "x"}]}, "contains '..'"),
+    (lambda a: {**a, "files": a["files"] + [{"path": "out/decisions.csv", "content": "x"}]},
+     "is the request or a deliverable"),
+    (lambda a: {**a, "files": a["files"] + [{"path": "more/cases.csv", "content": "x"}]},
+     "may only be a document"),
+    (lambda a: {**a, "files": a["files"] + [a["files"][0]]}, "is written twice"),
+    (lambda a: {**a, "files": a["files"][1:]}, "are not written"),
+    (lambda a: {**a, "files": [{**a["files"][0], "content": "x" * (LIMITS.file_chars + 1)}, *a["files"][1:]]},
+     "more than the 20000 allowed"),
+    (lambda a: {**a, "files": [{**a["files"][0], "content": "a\x00b"}, *a["files"][1:]]}, "NUL"),
+    (lambda a: {**a, "index": a["index"][1:]}, "the index places no"),
+    (lambda a: {**a, "index": a["index"] + [a["index"][0]]}, "more than the"),
+    (lambda a: {**a, "index": [{**a["index"][0], "node_id": "E99"}, *a["index"][1:]]}, "no evidence node"),
+    (lambda a: {**a, "index": [{**a["index"][0], "locator": "page"}, *a["index"][1:]]}, "not one of row"),
+    (lambda a: {**a, "index": [{**a["index"][0], "locator": "lines", "ref": "9-3"}, *a["index"][1:]]},
+     "no line span"),
+    (lambda a: {**a, "index": [{**a["index"][0], "path": "nowhere.md"}, *a["index"][1:]]},
+     "not one of the files written"),
+])
+def test_the_workspace_form_refuses_each_malformed_answer_with_its_reason(graph, change, reason) -> None:
+    form = _workspace_form(graph)
+    clean = _clean_workspace(graph)
+    draft = form.parse(json.dumps(clean), LIMITS)
+    assert set(draft.files) == {f["path"] for f in clean["files"]} and len(draft.index) == len(clean["index"])
+    jsonschema.validate(clean, form.schema)  # the schema a backend constrains to takes what the reader takes
+    with pytest.raises(FormError, match=None) as refused:
+        form.parse(json.dumps(change(clean)), LIMITS)
+    assert reason in str(refused.value)
+
+
+@pytest.mark.parametrize("reply", [
+    "", "not json", "[1, 2]", '{"request": "a"} {"request": "b"}', '{"request": "a", "request": "b"}',
+    '{"request": NaN}', '{"request": ' * 5000 + '"x"' + "}" * 5000, '{"request": "' + "x" * 70_000 + '"}',
+])
+def test_a_reply_that_is_not_one_json_object_is_refused_never_raised(reply) -> None:
+    with pytest.raises(FormError):
+        request_form(LIMITS).parse(reply, LIMITS)
+
+
+def test_the_request_and_rubric_forms() -> None:
+    assert request_form(LIMITS).parse('```json\n{"request": "Do it."}\n```', LIMITS) == "Do it."
+    form = rubric_form(["C1", "C2"], LIMITS)
+    answer = {"criteria": [{"criterion_id": "C2", "description": "b"},
+                           {"criterion_id": "C1", "description": "a"}]}
+    jsonschema.validate(answer, form.schema)
+    assert form.parse(json.dumps(answer), LIMITS) == {"C2": "b", "C1": "a"}
+    for bad, reason in [({"criteria": answer["criteria"][:1]}, "no description for C1"),
+                        ({"criteria": [answer["criteria"][0]] * 2}, "a second time"),
+                        ({"criteria": [{"criterion_id": "C9", "description": "x"}]}, "is not one of"),
+                        ({"criteria": [{"criterion_id": "C1", "description": "two\nlines"}]},
+                         "more than one line")]:
+        with pytest.raises(FormError, match=reason):
+            form.parse(json.dumps(bad), LIMITS)
+
+
+# ----------------------------------------------------------------------------- asking
+
+class _Replies:
+    """A backend that answers each task's requests from a list, in turn, and keeps what it was sent."""
+
+    name = "replies"
+
+    def __init__(self, replies: dict[str, list[Completion]]) -> None:
+        self.replies, self.sent = replies, []
+
+    def begin(self, key, task) -> None:
+        pass
+
+    def end(self, key) -> None:
+        pass
+
+    def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+        self.sent += requests
+        return [self.replies[r.key.split("/")[0]].pop(0) for r in requests]
+
+
+def test_a_refused_reply_goes_back_with_its_reason_until_the_attempts_run_out() -> None:
+    form = request_form(LIMITS)
+    backend = _Replies({
+        "fixed": [Completion("nope", 10, 2), Completion('{"request": "Process them."}', 30, 8)],
+        "never": [Completion("{", 10, 1), Completion("{}", 10, 1), Completion("x" * 10, 10, 99, "length")],
+        "gone": [Completion("", 0, 0, "server_error", "HTTP 503 after 5 retries")] * 3,
+    })
+    asks = [Ask(task, (), form) for task in ("fixed", "never", "gone")]
+    results, calls = ask(backend, asks, AuthorSettings(max_attempts=3, max_new_tokens=99))
+    assert results["fixed"] == "Process them."
+    assert results["never"] == Refusal("request", "the answer was cut off at 99 tokens")
+    assert str(results["gone"]) == ("request writer: no answer came back (server_error: HTTP 503 after 5 "
+                                    "retries)")
+    assert [(c.task_id, c.attempt, c.accepted) for c in calls if c.task_id == "fixed"] == [
+        ("fixed", 1, False), ("fixed", 2, True)]
+    assert sum(c.completion_tokens for c in calls if c.task_id == "never") == 1 + 1 + 99
+    second = next(r for r in backend.sent if r.key == "fixed/request" and len(r.messages) == 2)
+    assert second.messages[0].content == "nope" and "That answer was refused: not one JSON object" in (
+        second.messages[1].content)
+    assert all(r.response_format == form.schema for r in backend.sent)
+
+
+def test_the_author_backend_needs_a_checkpoint_for_a_local_model_and_a_server_for_openai(tmp_path) -> None:
+    with pytest.raises(InterlockError, match="no checkpoint folder"):
+        author_backend(GeneratorConfig(name="llm", backend="transformers", model=str(tmp_path)))
+    backend = author_backend(GeneratorConfig(name="llm", backend="openai", model="served-name",
+                                             server=ServerConfig(base_urls=["http://127.0.0.1:9/v1"])))
+    assert backend.name == "openai"
+    with pytest.raises(InterlockError, match="generator.model"):
+        GeneratorConfig(name="llm", backend="openai")
+
+
+# ----------------------------------------------------------------------------- the mistakes, planted
+
+@pytest.fixture(scope="module")
+def planted(catalog):
+    """Each fault planted on a task of its own domain, over HTTP, the domain's next task clean
+    beside it; and a first reply refused, then a clean one (the retry loop)."""
+    domains = catalog.split("train")[:len(FAULTS) + 1]
+    faulty, twins = _graphs(catalog, domains), _graphs(catalog, domains, index=1)
+    faults = {g.task_id: fault for g, fault in zip(faulty, [*FAULTS, RECOVERS], strict=True)}
+    made, calls = _authored(catalog, faulty + twins, faults)
+    verdicts = {g.task_id: _verdict(catalog, g, m) for g, m in zip(faulty + twins, made, strict=True)}
+    return faults, {g.task_id: t.task_id for g, t in zip(faulty, twins, strict=True)}, verdicts, calls
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_each_planted_mistake_is_refused_with_a_reason_that_names_it_and_its_clean_twin_is_admitted(
+        planted, fault) -> None:
+    faults, twins, verdicts, _ = planted
+    task = next(t for t in twins if faults[t] == fault)
+    verdict = verdicts[task]
+    flag, words = REFUSED[fault]
+    assert FAULTS[fault][0] == flag.removesuffix("_ok")
+    assert not verdict["admitted"] and verdict[flag] is False, verdict["reasons"]
+    assert any(words in reason for reason in verdict["reasons"]), verdict["reasons"]
+    twin = verdicts[twins[task]]
+    assert twin["admitted"], twin["reasons"]
+
+
+def test_a_refused_first_reply_is_retried_and_the_task_admitted(planted) -> None:
+    faults, _, verdicts, calls = planted
+    task = next(t for t, f in faults.items() if f == RECOVERS)
+    assert verdicts[task]["admitted"], verdicts[task]["reasons"]
+    assert [(c.attempt, c.accepted) for c in calls if c.task_id == task and c.role == "workspace"] == [
+        (1, False), (2, True)]
+
+
+def test_clean_paraphrases_of_every_decision_kind_are_admitted_and_the_oracle_solves_them(
+        catalog, agent_judge, tmp_path) -> None:
+    """One task of every decision kind at the default task size: the clean author's pack is
+    admitted, and the oracle, through the agent's own tools on the authored workspace, passes
+    every criterion of it."""
+    seen, domains = set(), []
+    for domain in catalog.domains:
+        if domain.decision.kind not in seen:
+            seen.add(domain.decision.kind)
+            domains.append(domain)
+    graphs = _graphs(catalog, domains, index=2)
+    made, calls = _authored(catalog, graphs, {})
+    assert all(not isinstance(m, Unwritten) for m in made)
+    for graph, pack in zip(graphs, made, strict=True):
+        verdict = _verdict(catalog, graph, pack)
+        assert verdict["admitted"], (graph.task_id, verdict["reasons"])
+        table = graph.of_kind("evidence")[-1].attrs["path"]
+        assert pack.files["memos/intake_note.md"] and "notes" in pack.files[table].splitlines()[0]
+    contexts = [TaskContext(p.task_id, p, g, catalog[g.domain_id]) for g, p in zip(graphs, made, strict=True)]
+    episodes = plan_episodes(iter(contexts), policy="oracle", attempts=1, seed=0)
+    trajectories = list(run_episodes(episodes, ScriptedBackend("oracle", seed=0), RolloutLimits(max_turns=12),
+                                     tmp_path))
+    packs = {p.task_id: p for p in made}
+    judgements = agent_judge.judge([(t, packs[t.task_id]) for t in trajectories])
+    failed = {j.task_id: sorted(c for c, ok in j.passed.items() if not ok) for j in judgements
+              if not all(j.passed.values())}
+    assert len(judgements) == len(graphs) and not failed, failed
+    assert {c.role for c in calls} == {"workspace", "request", "rubric"}
+    assert all(c.prompt_tokens and c.accepted for c in calls)
+
+
+def test_the_packs_and_review_stages_write_the_authors_tables_and_their_cost(catalog, tmp_path) -> None:
+    """The packs stage with model authors against the loopback server, then the review: a task
+    left unwritten is rejected with its authors' reason; the calls and their seconds are written
+    beside the packs; the review sums them per admitted task."""
+    from interlock.core.config import PriceConfig
+    from interlock.core.io import write_table_set
+    from interlock.review.stage import authoring_summary, run_review
+    from interlock.synthesis.graph import graph_rows
+    from interlock.synthesis.stage import run_authored_packs
+
+    graphs = _graphs(catalog, catalog.split("train")[:4])
+    graphs_dir, packs_dir, review_dir = tmp_path / "graphs", tmp_path / "packs", tmp_path / "review"
+    with write_table_set(graphs_dir, schemas.GRAPH_TABLES) as tables:
+        rows: dict = {name: [] for name in schemas.GRAPH_TABLES}
+        for g in graphs:
+            for name, table_rows in graph_rows(g).items():
+                rows[name] += table_rows
+        tables.write(rows)
+    domains_path = tmp_path / "domains.parquet"
+    from interlock.synthesis.stage import run_domains
+
+    run_domains(domains_path)
+    faults = {graphs[0].task_id: "malformed", graphs[1].task_id: "parameter_changed"}
+    with LoopbackServer(ScriptedAuthor(faults), endpoints=1) as server:
+        backend = OpenAIBackend(server.urls, "scripted-author", max_in_flight=4, max_retries=0, timeout_s=60)
+        counts = run_authored_packs(domains_path, graphs_dir, packs_dir, tmp_path / "timings.parquet",
+                                    backend=backend, settings=SETTINGS, batch_tasks=3)
+    assert (counts["packs"], counts["unwritten"]) == (3, 1)
+    calls = read_rows(packs_dir / "author_calls.parquet", schemas.AUTHORING_TABLES["author_calls"])
+    timings = read_rows(tmp_path / "timings.parquet", schemas.AUTHOR_TIMINGS)
+    assert len(calls) == len(timings) == counts["calls"] and all(t["seconds"] > 0 for t in timings)
+    summary = run_review(graphs_dir, packs_dir, review_dir, catalog=catalog, authored=True)
+    verdicts = {v["task_id"]: v
+                for v in read_rows(review_dir / "verdicts.parquet", schemas.REVIEW_TABLES["verdicts"])}
+    assert verdicts[graphs[0].task_id]["reasons"][0].startswith(
+        "authoring: workspace writer: not one JSON object")
+    assert not verdicts[graphs[1].task_id]["admitted"] and verdicts[graphs[1].task_id]["coverage_ok"] is False
+    assert [verdicts[g.task_id]["admitted"] for g in graphs[2:]] == [True, True]
+    assert summary["rft"]["admitted"] == 2
+    cost = authoring_summary(packs_dir, tmp_path / "timings.parquet", review_dir,
+                             PriceConfig(prompt=1.0, completion=2.0))
+    prompt, completion = (sum(c[k] for c in calls) for k in ("prompt_tokens", "completion_tokens"))
+    assert cost["per_admitted_task"]["usd"] == pytest.approx((prompt + 2 * completion) / 1e6 / 2, abs=1e-6)
+    assert cost["per_admitted_task"]["calls"] == len(calls) / 2 and cost["admission_rate"] == 0.5
+    assert cost["rejected_by"] == {"authoring": 1, "coverage": 1}
+    assert cost["roles"]["workspace"]["refused"] == SETTINGS.max_attempts
+
+
+def test_a_real_model_that_cannot_write_the_form_gets_every_task_rejected_with_a_reason(
+        catalog, tiny_checkpoint) -> None:
+    """The tiny random model through transformers writes nothing of the form: every task is left
+    unwritten, each with its authors' last reason, and nothing raises."""
+    from interlock.models.transformers_backend import TransformersBackend
+
+    graphs = _graphs(catalog, catalog.split("train")[:2])
+    backend = TransformersBackend(tiny_checkpoint, max_context=4096)
+    made, calls = author_packs(graphs, catalog, backend, replace(SETTINGS, max_new_tokens=24, max_attempts=2))
+    assert all(isinstance(m, Unwritten) and m.reason.startswith("workspace writer: ") for m in made)
+    assert len(calls) == 2 * len(graphs) and all(not c.accepted and c.problem for c in calls)
+
+
+def test_the_scripted_author_serves_from_the_command_line(graph, catalog) -> None:
+    """``python -m interlock.testing.authors --port N``: the clean author on loopback, for a
+    ``generator=llm`` run without a model; a workspace request gets a workspace answer."""
+    import subprocess
+    import sys
+
+    from interlock.synthesis.authors.prompts import workspace_prompt
+    from interlock.synthesis.packs import scripted_workspace
+
+    from helpers.servers import free_port
+
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "interlock.testing.authors", "--port", str(port),
+                                "--seconds", "120"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert "scripted author at http://127.0.0.1:" in process.stdout.readline()
+        form = _workspace_form(graph)
+        evidence = {p: t for p, t in scripted_workspace(graph, catalog[graph.domain_id])[0].items()
+                    if p in {n.attrs["path"] for n in graph.of_kind("evidence")}}
+        messages = workspace_prompt(graph, catalog[graph.domain_id], evidence, ["REQUEST.md"], form, LIMITS)
+        backend = OpenAIBackend(f"http://127.0.0.1:{port}/v1", "scripted-author", max_retries=2, timeout_s=30)
+        (reply,) = backend.complete([ChatRequest("k", messages, max_new_tokens=4096,
+                                                 response_format=form.schema)])
+        draft = form.parse(reply.text, LIMITS)
+        assert set(evidence) <= set(draft.files) and "memos/intake_note.md" in draft.files
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
