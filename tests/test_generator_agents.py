@@ -10,6 +10,8 @@ from dataclasses import replace
 
 import jsonschema
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from interlock.core import schemas
 from interlock.core.backend import ChatRequest, Completion
@@ -363,3 +365,69 @@ def test_the_scripted_author_serves_from_the_command_line(graph, catalog) -> Non
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+# ----------------------------------------------------------------------------- what the reviews read
+
+@pytest.fixture(scope="module")
+def clean_pack(catalog):
+    graphs = _graphs(catalog, catalog.split("train")[:1], index=3)
+    (pack,), _ = _authored(catalog, graphs, {})
+    return graphs[0], pack
+
+
+def test_a_rule_slipped_into_the_request_and_an_outcome_in_an_added_column_are_refused(
+        catalog, clean_pack) -> None:
+    """What no fault of the scripted author covers: a request that states a number the policy
+    does not (a rule of its own), or names a clause the graph lacks; an outcome written into a
+    column the author added to the case table."""
+    graph, pack = clean_pack
+    domain = catalog[graph.domain_id]
+    assert _verdict(catalog, graph, pack)["admitted"]
+    request = pack.files["REQUEST.md"] + "\nAnything under 2500 may be approved at once, as P-9 says.\n"
+    slipped = replace(pack, files={**pack.files, "REQUEST.md": request}, request=request)
+    verdict = _verdict(catalog, graph, slipped)
+    said = "the request names clauses the graph does not have: P-9; numbers no clause of the graph has: 2500"
+    assert any(said in r for r in verdict["reasons"]), verdict["reasons"]
+    decision = graph.of_kind("decision")[0]
+    table = next(n.attrs["path"] for n in graph.of_kind("evidence") if n.ref == decision.attrs["case_id"])
+    header, *rows = pack.files[table].splitlines()
+    rows = [row.replace("entered by intake", f"will be {decision.attrs['outcome']}")
+            if row.startswith(decision.attrs["case_id"] + ",") else row for row in rows]
+    leaked = "\n".join([header, *rows]) + "\n"
+    verdict = review_pack(graph, replace(pack, files={**pack.files, table: leaked}), domain, authored=True)
+    assert any(r.startswith(f"leak: {table}") and decision.attrs["case_id"] in r
+               for r in verdict["verdicts"][0]["reasons"]), verdict["verdicts"][0]["reasons"]
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(content=st.text(max_size=400), path=st.sampled_from(["memo.md", "policy", "table"]),
+       locator=st.sampled_from(["row", "clause", "lines"]), ref=st.text(min_size=1, max_size=12))
+def test_whatever_an_author_writes_is_a_pack_or_a_reason_never_an_exception(
+        catalog, clean_pack, content, path, locator, ref) -> None:
+    """Any text in a file, any locator: the authored task is refused with a reason or reviewed;
+    compiling and reviewing it never raise."""
+    graph, pack = clean_pack
+    evidence = {n.node_id: n.attrs["path"] for n in graph.of_kind("evidence")}
+    policy = next(n.attrs["path"] for n in graph.of_kind("evidence") if n.subkind == "clause")
+    table = next(n.attrs["path"] for n in graph.of_kind("evidence") if n.subkind == "record")
+    target = {"policy": policy, "table": table}.get(path, path)
+    files = {p: pack.files[p] for p in set(evidence.values())} | {target: content or " "}
+    index = [{"node_id": node, "path": p, "locator": "clause" if p == policy else "row",
+              "ref": graph.by_id[node].ref} for node, p in evidence.items()]
+    index[0] = {**index[0], "locator": locator, "ref": ref}
+    replies = {
+        "workspace": json.dumps({"files": [{"path": p, "content": t} for p, t in files.items()],
+                                 "index": index}),
+        "request": json.dumps({"request": pack.request}),
+        "rubric": json.dumps({"criteria": [{"criterion_id": c.criterion_id, "description": "x"}
+                                           for c in pack.rubric]}),
+    }
+
+    class Author(_Replies):
+        def complete(self, requests):
+            return [Completion(replies[r.key.split("/")[1]], 10, 10) for r in requests]
+
+    (made,), _ = author_packs([graph], catalog, Author({}), SETTINGS)
+    verdict = _verdict(catalog, graph, made)
+    assert verdict["admitted"] or verdict["reasons"]

@@ -14,8 +14,9 @@ from __future__ import annotations
 import re
 
 from interlock.core.io import loads
+from interlock.synthesis.catalog import Domain
 from interlock.synthesis.graph import CompletionGraph
-from interlock.synthesis.packs import CLAUSE_LINE, REQUEST_PATH, TaskPack, clause_values
+from interlock.synthesis.packs import CLAUSE_LINE, REQUEST_PATH, TaskPack, clause_values, scripted_request
 from interlock.synthesis.workspace import is_malformed, parse_csv
 
 #: a clause id as any text names it (P-1, P-12), not inside a longer code (XP-1, P-1a)
@@ -23,8 +24,9 @@ CLAUSE_ID = re.compile(r"(?<![A-Za-z0-9_-])P-([1-9][0-9]*)(?![A-Za-z0-9_])")
 _NUMBER = re.compile(r"[0-9]+")
 
 
-def coverage_problems(graph: CompletionGraph, pack: TaskPack) -> list[dict]:
-    """One row per missing piece: which relation or node, and what exactly is missing."""
+def coverage_problems(graph: CompletionGraph, pack: TaskPack, domain: Domain | None = None) -> list[dict]:
+    """One row per missing piece: which relation or node, and what exactly is missing (given the
+    task's ``domain``, the request's own fidelity too: :func:`fidelity_problems`)."""
     problems: list[dict] = []
 
     def missing(relation: str, ref: str, problem: str) -> None:
@@ -71,7 +73,7 @@ def coverage_problems(graph: CompletionGraph, pack: TaskPack) -> list[dict]:
     for criterion_id in criteria:
         if criterion_id not in pack.checks:
             missing("check", criterion_id, f"criterion {criterion_id} has no executable check")
-    for relation, ref, problem in fidelity_problems(graph, pack):
+    for relation, ref, problem in fidelity_problems(graph, pack, domain):
         missing(relation, ref, problem)
     return problems
 
@@ -148,11 +150,14 @@ def _clause_ids(text: str) -> set[str]:
 
 # ----------------------------------------------------------------------------- fidelity
 
-def fidelity_problems(graph: CompletionGraph, pack: TaskPack) -> list[tuple[str, str, str]]:
+def fidelity_problems(graph: CompletionGraph, pack: TaskPack,
+                      domain: Domain | None = None) -> list[tuple[str, str, str]]:
     """What the workspace claims beyond the graph, as (relation, ref, problem): a row in a table
     of evidence that no evidence node is; in a policy, a clause id the graph does not have or a
     number none of its clauses states; any other file (the request aside, which cites a clause as
-    an example) naming a clause."""
+    an example) naming a clause. Given the ``domain``, the request too: it may name no clause the
+    graph lacks and state no number that neither a clause nor the templates' request for the same
+    graph states (a rule slipped into the request is one the policy does not have)."""
     problems = []
     rows_at: dict[str, set[str]] = {}
     clause_paths: set[str] = set()
@@ -184,6 +189,15 @@ def fidelity_problems(graph: CompletionGraph, pack: TaskPack) -> list[tuple[str,
         if stray:
             problems.append(("evidence", path, f"{path} states numbers no clause of the graph has: "
                                                f"{', '.join(stray[:4])}"))
+    if domain is not None:
+        request = pack.files.get(REQUEST_PATH, "")
+        allowed = numbers | {_int(n) for n in _NUMBER.findall(scripted_request(graph, domain)[0])}
+        unknown = sorted(_clause_ids(request) - clauses)
+        stray = sorted({_int(n) for n in _NUMBER.findall(request)} - allowed, key=int)
+        if unknown or stray:
+            said = [f"clauses the graph does not have: {', '.join(unknown[:4])}"] if unknown else []
+            said += [f"numbers no clause of the graph has: {', '.join(stray[:4])}"] if stray else []
+            problems.append(("request", REQUEST_PATH, f"the request names {'; '.join(said)}"))
     for path, text in sorted(pack.files.items()):
         if path in clause_paths or path == REQUEST_PATH:
             continue

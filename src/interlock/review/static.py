@@ -24,7 +24,7 @@ def review_pack(graph: CompletionGraph, pack: TaskPack, domain: Domain, *,
     authors wrote it (``generator=llm``), so the critic reads what the public material states
     (:func:`~interlock.review.critic.support_problems`) without also solving it by the templates
     that wrote the others (:func:`~interlock.review.critic.critic_problems`)."""
-    coverage = coverage_problems(graph, pack)
+    coverage = coverage_problems(graph, pack, domain)
     reference = run_reference(pack)
     critic = support_problems(graph, pack)
     if not authored:
