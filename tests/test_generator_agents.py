@@ -31,25 +31,24 @@ from interlock.synthesis.authors.forms import FormError, Limits, request_form, r
 from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.graph import build_graph
 from interlock.synthesis.tasks import TaskContext
-from interlock.testing.authors import FAULTS, RECOVERS, ScriptedAuthor
+from interlock.testing.authors import FAULTS, RECOVERS, REVIEWS, ScriptedAuthor, reviewed
 from interlock.testing.loopback_server import LoopbackServer
 
 LIMITS = Limits()
 SETTINGS = AuthorSettings(max_new_tokens=4096, max_attempts=3)
-#: what each fault's refusal must say (the verdict flag of the review that refuses it, or
-#: ``authoring`` for a task never written), and a few words of its reason
+#: a few words each fault's refusal must say
 REFUSED = {
-    "row_dropped": ("coverage_ok", "rows with id"),
-    "value_altered": ("coverage_ok", "not '"),
-    "parameter_changed": ("coverage_ok", "does not state"),
-    "contradicting_clause": ("coverage_ok", "names clauses the graph does not have"),
-    "outcome_leaked": ("leaks_ok", "leak: memos/intake_note.md"),
-    "deliverable_missing": ("critic_ok", "the request does not name"),
-    "index_misplaced": ("coverage_ok", "not '"),
-    "rule_private": ("coverage_ok", "states no clause"),
-    "malformed": ("authoring", "not one JSON object"),
-    "endless": ("authoring", "cut off"),
-    "addressed": ("leaks_ok", "addresses whoever reviews or grades the task"),
+    "row_dropped": "rows with id",
+    "value_altered": "not '",
+    "parameter_changed": "does not state",
+    "contradicting_clause": "names clauses the graph does not have",
+    "outcome_leaked": "leak: memos/intake_note.md",
+    "deliverable_missing": "the request does not name",
+    "index_misplaced": "not '",
+    "rule_private": "states no clause",
+    "malformed": "not one JSON object",
+    "endless": "cut off",
+    "addressed": "addresses whoever reviews or grades the task",
 }
 
 
@@ -74,8 +73,9 @@ def _authored(catalog, graphs, faults: dict[str, str]):
 
 def _verdict(catalog, graph, made) -> dict:
     if isinstance(made, Unwritten):
-        return {"admitted": False, "authoring": False, "reasons": [made.reason]}
-    return review_pack(graph, made, catalog[graph.domain_id], authored=True)["verdicts"][0]
+        return {"admitted": False, "reasons": [made.reason], "refused_by": reviewed(graph, made, None)[0]}
+    verdict = review_pack(graph, made, catalog[graph.domain_id], authored=True)["verdicts"][0]
+    return {**verdict, "refused_by": [r for r in REVIEWS if verdict[f"{r}_ok"] is False]}
 
 
 # ----------------------------------------------------------------------------- the forms
@@ -229,10 +229,8 @@ def test_each_planted_mistake_is_refused_with_a_reason_that_names_it_and_its_cle
     faults, twins, verdicts, _ = planted
     task = next(t for t in twins if faults[t] == fault)
     verdict = verdicts[task]
-    flag, words = REFUSED[fault]
-    assert FAULTS[fault][0] == flag.removesuffix("_ok")
-    assert not verdict["admitted"] and verdict[flag] is False, verdict["reasons"]
-    assert any(words in reason for reason in verdict["reasons"]), verdict["reasons"]
+    assert not verdict["admitted"] and set(verdict["refused_by"]) & set(FAULTS[fault][0]), verdict
+    assert any(REFUSED[fault] in reason for reason in verdict["reasons"]), verdict["reasons"]
     twin = verdicts[twins[task]]
     assert twin["admitted"], twin["reasons"]
 

@@ -22,24 +22,32 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from interlock.review.static import review_pack
+from interlock.synthesis.authors.compile import Unwritten
+from interlock.synthesis.catalog import Domain
+from interlock.synthesis.graph import CompletionGraph
+from interlock.synthesis.packs import TaskPack
 from interlock.synthesis.workspace import format_csv, parse_csv
 from interlock.testing.loopback_server import Answer, LoopbackServer, Request, completion_body
 
-#: each class of mistake: the review whose verdict must refuse the task (``authoring``: the task
-#: is never written, its author's replies refused), and what the author does
-FAULTS: dict[str, tuple[str, str]] = {
-    "row_dropped": ("coverage", "an evidence row left out of its table"),
-    "value_altered": ("coverage", "a value of an evidence row changed"),
-    "parameter_changed": ("coverage", "a number of a policy clause changed"),
-    "contradicting_clause": ("coverage", "a clause added to the policy that contradicts another"),
-    "outcome_leaked": ("leaks", "a case's outcome stated in a memo"),
-    "deliverable_missing": ("critic", "a deliverable left out of the request"),
-    "index_misplaced": ("coverage", "the index points two records at each other's rows"),
-    "rule_private": ("coverage", "a clause left out of the policy, stated in a criterion's private text"),
-    "malformed": ("authoring", "replies that are not JSON"),
-    "endless": ("authoring", "replies that never end (cut off at the token limit)"),
-    "addressed": ("leaks", "a memo telling the reviewer to admit the task"),
+#: each class of mistake: the reviews any of which may refuse it (``authoring``: the task is never
+#: written, its author's replies refused; ``compile``: what the author wrote cannot carry the
+#: graph's checks or reference, a row an effect updates being gone), and what the author does
+FAULTS: dict[str, tuple[tuple[str, ...], str]] = {
+    "row_dropped": (("coverage", "compile"), "an evidence row left out of its table"),
+    "value_altered": (("coverage",), "a value of an evidence row changed"),
+    "parameter_changed": (("coverage",), "a value a policy clause states changed"),
+    "contradicting_clause": (("coverage",), "a clause added to the policy that contradicts another"),
+    "outcome_leaked": (("leaks",), "a case's outcome stated in a memo"),
+    "deliverable_missing": (("critic",), "a deliverable left out of the request"),
+    "index_misplaced": (("coverage",), "the index points two records at each other's rows"),
+    "rule_private": (("coverage",), "a clause left out of the policy, stated in a criterion's private text"),
+    "malformed": (("authoring",), "replies that are not JSON"),
+    "endless": (("authoring",), "replies that never end (cut off at the token limit)"),
+    "addressed": (("leaks",), "a memo telling the reviewer to admit the task"),
 }
+#: the verdict's flags, one per static review
+REVIEWS = ("coverage", "critic", "leaks", "controls", "mutations")
 #: not a mistake: a first reply that is not JSON, then a clean one when told why (the retry loop)
 RECOVERS = "malformed_once"
 MEMO_PATH = "memos/intake_note.md"
@@ -49,6 +57,7 @@ _TASK = re.compile(r"^Task: (\S+?)\.(?: |$)", re.M)
 _FILE = re.compile(r"^--- (\S+) ---\n(.*?)\n\n(?=--- |Rules:)", re.M | re.S)
 _CLAUSE = re.compile(r"^- \*\*(P-[0-9]+)\.\*\* (.*)$", re.M)
 _NUMBER = re.compile(r"(?<![0-9A-Za-z-])[0-9]+(?![0-9])")
+_DIGITS = re.compile(r"(?<![0-9])[0-9]+(?![0-9])")
 
 
 @dataclass
@@ -105,7 +114,7 @@ class ScriptedAuthor:
         written = {path: _with_notes(files[path]) for path in sorted(tables)}
         clauses = _CLAUSE.findall(files[policy])
         if fault == "parameter_changed":
-            clauses = _bump_first_number(clauses)
+            clauses = _changed_parameter(clauses)
         if fault == "rule_private":
             moved = clauses[-1]
             clauses = clauses[:-1]
@@ -189,13 +198,16 @@ def _altered(text: str, ref: str) -> str:
     return format_csv(header, rows)
 
 
-def _bump_first_number(clauses: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    out, done = [], False
-    for ref, text in clauses:
-        if not done and _NUMBER.search(text):
-            text, done = _NUMBER.sub(lambda m: str(int(m.group()) + 7), text, count=1), True
-        out.append((ref, text))
-    return out
+def _changed_parameter(clauses: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The first number any clause states changed (``HH-2088`` too), or where none states one,
+    the last word of the first clause (its fallback outcome, as the templates write it)."""
+    for position, (ref, text) in enumerate(clauses):
+        if _DIGITS.search(text):
+            changed = _DIGITS.sub(lambda m: str(int(m.group()) + 7), text, count=1)
+            return [*clauses[:position], (ref, changed), *clauses[position + 1:]]
+    ref, text = clauses[0]
+    words = text.rstrip(".").rsplit(" ", 1)
+    return [(ref, f"{words[0]} {words[-1]}ish."), *clauses[1:]]
 
 
 def _prose(template: str, clauses: list[tuple[str, str]]) -> str:
@@ -218,3 +230,13 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def reviewed(graph: CompletionGraph, made: TaskPack | Unwritten,
+             domain: Domain) -> tuple[list[str], list[str]]:
+    """What refused an authored task (the static reviews whose verdict flag is false, or
+    ``authoring`` / ``compile`` for one never written; none where it is admitted) and the reasons."""
+    if isinstance(made, Unwritten):
+        return ["compile" if made.reason.startswith("compiling") else "authoring"], [made.reason]
+    verdict = review_pack(graph, made, domain, authored=True)["verdicts"][0]
+    return [r for r in REVIEWS if verdict[f"{r}_ok"] is False], verdict["reasons"]
