@@ -429,3 +429,36 @@ def test_whatever_an_author_writes_is_a_pack_or_a_reason_never_an_exception(
     (made,), _ = author_packs([graph], catalog, Author({}), SETTINGS)
     verdict = _verdict(catalog, graph, made)
     assert verdict["admitted"] or verdict["reasons"]
+
+
+@pytest.mark.skipif(__import__("importlib.util").util.find_spec("llama_cpp") is None,
+                    reason="llama-cpp-python is not installed (`make llamacpp`)")
+def test_every_authors_schema_is_decoded_under_llama_cpps_grammar(graph, tiny_checkpoint) -> None:
+    """Each role's form, as a grammar llama.cpp constrains decoding to, on the tiny model: a few
+    constrained tokens of each, in a child process (a grammar llama.cpp cannot hold crashed its
+    sampler: a length bound of 20,000 characters did), each the start of that form's JSON."""
+    import subprocess
+    import sys
+
+    from helpers.repo import command_timeout
+
+    forms = {"workspace": _workspace_form(graph).schema, "request": request_form(LIMITS).schema,
+             "rubric": rubric_form(["C1", "C2"], LIMITS).schema}
+    script = (
+        "import json, sys\n"
+        "from interlock.core.backend import ChatRequest\n"
+        "from interlock.core.chat import Message\n"
+        "from interlock.models.llamacpp_backend import LlamaCppBackend\n"
+        "backend = LlamaCppBackend(sys.argv[1], precision='F32', threads=1, max_context=1024)\n"
+        "forms = json.loads(sys.argv[2])\n"
+        "out = backend.complete([ChatRequest(role, (Message('user', 'Answer.'),), max_new_tokens=12,\n"
+        "                                    response_format=schema) for role, schema in forms.items()])\n"
+        "print(json.dumps([c.text for c in out]))\n"
+        "backend.close()\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tiny_checkpoint), json.dumps(forms)],
+                          capture_output=True, text=True, timeout=command_timeout())
+    assert done.returncode == 0, done.stderr[-2000:]
+    texts = json.loads(done.stdout.strip().splitlines()[-1])
+    for (role, schema), text in zip(forms.items(), texts, strict=True):
+        first = next(iter(schema["properties"]))
+        assert text.replace(" ", "").startswith('{"' + first[:len(text.replace(" ", "")) - 2]), (role, text)

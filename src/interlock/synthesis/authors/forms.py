@@ -86,8 +86,14 @@ def _object(properties: dict) -> dict:
             "additionalProperties": False}
 
 
+#: a schema bounds a string's length only up to this many characters: a grammar sampler builds a
+#: rule per character it may take (llama.cpp's crashed on a bound of 20,000); longer text is
+#: bounded by the reader alone
+SCHEMA_MAX_LENGTH = 512
+
+
 def _string(max_chars: int) -> dict:
-    return {"type": "string", "maxLength": max_chars}
+    return {"type": "string", **({"maxLength": max_chars} if max_chars <= SCHEMA_MAX_LENGTH else {})}
 
 
 def _keys(value: object, keys: Sequence[str], where: str) -> dict:
