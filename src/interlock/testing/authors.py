@@ -10,7 +10,7 @@ same reply; what it wrote for a task's workspace it remembers for the task's lat
 it moved out of the policy goes into a criterion's private text).
 
 ``python -m interlock.testing.authors --port 8765`` serves the clean author, for a
-``generator=llm`` run without a model (docs/pipeline.md#model-authors).
+``generator=llm`` run without a model (docs/pipeline.md#model-authors-generatorllm).
 """
 
 from __future__ import annotations
