@@ -24,11 +24,12 @@ from interlock.training.examples import table_schema
 from helpers.repo import BIN, command_timeout, stages_run, tree_digest
 from helpers.repo import run as _run
 
-ARTIFACTS = ["domains.parquet", "blueprints.parquet", "graphs", "packs", "review", "grown", "models",
-             "demos", "rollouts", "rollout_timings.parquet", "judge", "accepted", "interventions",
-             "training_set", "evaluation", "evaluation_timings.parquet"]
-#: measured, so different every run; no stage reads them
-MEASURED = {"rollout_timings.parquet", "evaluation_timings.parquet"}
+ARTIFACTS = ["domains.parquet", "blueprints.parquet", "graphs", "packs", "author_timings.parquet", "review",
+             "grown", "models", "demos", "rollouts", "rollout_timings.parquet", "judge", "accepted",
+             "interventions", "training_set", "evaluation", "evaluation_timings.parquet"]
+#: measured, so different every run (the authors' seconds: with model authors); no stage reads them
+#: but for the review's cost summary
+MEASURED = {"author_timings.parquet", "rollout_timings.parquet", "evaluation_timings.parquet"}
 
 
 def _snapshot(data: Path) -> dict[str, str]:
