@@ -21,13 +21,22 @@ from interlock.core.io import read_rows
 from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
 from interlock.models.openai_backend import OpenAIBackend
+from interlock.review.model_critic import OUTCOMES, agreement, model_critic_rows
 from interlock.review.static import review_pack
 from interlock.rollout.engine import RolloutLimits, run_episodes
 from interlock.rollout.runs import plan_episodes
 from interlock.rollout.scripted import ScriptedBackend
 from interlock.synthesis.authors.agents import Ask, AuthorSettings, Refusal, ask, author_backend
 from interlock.synthesis.authors.compile import Unwritten, author_packs
-from interlock.synthesis.authors.forms import FormError, Limits, request_form, rubric_form, workspace_form
+from interlock.synthesis.authors.forms import (
+    Citation,
+    FormError,
+    Limits,
+    critic_form,
+    request_form,
+    rubric_form,
+    workspace_form,
+)
 from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.graph import build_graph
 from interlock.synthesis.tasks import TaskContext
@@ -320,6 +329,15 @@ def test_the_packs_and_review_stages_write_the_authors_tables_and_their_cost(cat
     assert cost["per_admitted_task"]["calls"] == len(calls) / 2 and cost["admission_rate"] == 0.5
     assert cost["rejected_by"] == {"authoring": 1, "coverage": 1}
     assert cost["roles"]["workspace"]["refused"] == SETTINGS.max_attempts
+    # the review stage's model critic, through the generator's own backend configuration
+    from interlock.review.stage import run_model_critic
+
+    with LoopbackServer(ScriptedAuthor({}), endpoints=1) as server:
+        generator = GeneratorConfig(name="llm", backend="openai", model="scripted-author", batch_tasks=2,
+                                    server=ServerConfig(base_urls=server.urls, max_retries=0))
+        rows, calls = run_model_critic(graphs_dir, packs_dir, generator, seed=0)
+    assert {r["task_id"] for r in rows} == {g.task_id for g in graphs[1:]} and len(calls) == 3
+    assert agreement(rows, calls)["answered"] == len(rows)
 
 
 def test_a_real_model_that_cannot_write_the_form_gets_every_task_rejected_with_a_reason(
@@ -462,3 +480,52 @@ def test_every_authors_schema_is_decoded_under_llama_cpps_grammar(graph, tiny_ch
     for (role, schema), text in zip(forms.items(), texts, strict=True):
         first = next(iter(schema["properties"]))
         assert text.replace(" ", "").startswith('{"' + first[:len(text.replace(" ", "")) - 2]), (role, text)
+
+
+# ----------------------------------------------------------------------------- the model critic
+
+def test_the_critic_form_takes_a_citation_of_a_public_line_and_refuses_any_other(clean_pack) -> None:
+    _, pack = clean_pack
+    lines = {path: len(text.splitlines()) for path, text in pack.public_files().items()}
+    ids = [c.criterion_id for c in pack.rubric]
+    form = critic_form(ids, lines)
+    good = {"criteria": [{"criterion_id": cid, "supported": n % 2 == 0, "file": "REQUEST.md",
+                          "line": 1 if n % 2 == 0 else 0} for n, cid in enumerate(ids)]}
+    jsonschema.validate(good, form.schema)
+    found = form.parse(json.dumps(good), LIMITS)
+    assert found[ids[0]] == Citation(True, "REQUEST.md", 1) and not found[ids[1]].supported
+    for change, reason in [
+            (lambda a: a["criteria"][0].update(file="data/private.csv"), "is not a public file"),
+            (lambda a: a["criteria"][0].update(line=lines["REQUEST.md"] + 1), "is not a line of REQUEST.md"),
+            (lambda a: a["criteria"][0].update(line=0), "0 only where not supported"),
+            (lambda a: a["criteria"][0].update(supported="yes"), "not true or false"),
+            (lambda a: a["criteria"].pop(), "no answer for"),
+            (lambda a: a["criteria"].append(dict(a["criteria"][0])), "more than the")]:
+        bad = json.loads(json.dumps(good))
+        change(bad)
+        with pytest.raises(FormError, match=reason):
+            form.parse(json.dumps(bad), LIMITS)
+
+
+def test_the_model_critic_over_http_is_compared_with_the_reading_critic(catalog, tmp_path) -> None:
+    """The scripted critic (it reads names, as the reading critic does, but from each criterion's
+    own text) through the loopback server, on clean packs and on one whose request lost a
+    deliverable: per criterion what each critic said and where the model pointed; the agreement
+    counts every answered criterion once; the faulty task's register criteria are unsupported for
+    the reading critic, and where the model still says supported it is counted as model_only."""
+    graphs = _graphs(catalog, catalog.split("train")[:3], index=4)
+    faults = {graphs[0].task_id: "deliverable_missing"}
+    with LoopbackServer(ScriptedAuthor(faults), endpoints=1) as server:
+        backend = OpenAIBackend(server.urls, "scripted-author", max_in_flight=4, max_retries=0, timeout_s=60)
+        made, _ = author_packs(graphs, catalog, backend, SETTINGS)
+        rows, calls = model_critic_rows(backend, list(zip(graphs, made, strict=True)), SETTINGS)
+    summary = agreement(rows, calls)
+    assert summary["criteria"] == summary["answered"] == len(rows) == sum(len(p.rubric) for p in made)
+    assert sum(summary[o] for o in OUTCOMES) == len(rows) and len(calls) == len(graphs)
+    assert summary["agreement"] == round((summary["both_supported"] + summary["neither"]) / len(rows), 4)
+    faulty = [r for r in rows if r["task_id"] == graphs[0].task_id and r["kind"] in ("primary", "grounding")]
+    assert faulty and not any(r["reading"] for r in faulty)
+    assert {r["outcome"] for r in faulty} <= {"neither", "model_only"}
+    clean = [r for r in rows if r["task_id"] != graphs[0].task_id]
+    assert all(r["reading"] for r in clean)
+    assert all(r["cited_names_it"] for r in clean if r["model"]) and summary["citations_naming_it"] > 0

@@ -340,6 +340,9 @@ class GeneratorConfig(_Strict):
     max_new_tokens: int = Field(default=4096, ge=1)  # per reply
     max_attempts: int = Field(default=3, ge=1)  # replies per task and author before the task is rejected
     batch_tasks: int = Field(default=16, ge=1)  # tasks whose authors are asked together
+    #: llm: also ask the model, as a critic, whether the public material supports each criterion
+    #: (reported beside the reading critic's answers, never gating: interlock.review.model_critic)
+    model_critic: bool = True
     server: ServerConfig = ServerConfig()  # openai: the servers and the client's limits
     price_per_mtok: PriceConfig = PriceConfig()
 

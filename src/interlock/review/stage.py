@@ -9,17 +9,19 @@ from collections import Counter
 from pathlib import Path
 
 from interlock.core import schemas
-from interlock.core.config import Params, PriceConfig
+from interlock.core.config import GeneratorConfig, Params, PriceConfig
 from interlock.core.errors import InterlockError
-from interlock.core.io import count_rows, read_rows, write_table_set
+from interlock.core.io import batched, count_rows, read_rows, write_table_set
 from interlock.core.paths import Paths
 from interlock.core.runner import task_progress
 from interlock.core.tracking import StageReport
 from interlock.judging.agent import AgentJudge
 from interlock.review.execution import ExecutionGate
+from interlock.review.model_critic import agreement, model_critic_rows
 from interlock.review.static import review_pack, unwritten_verdict
 from interlock.rollout.engine import RolloutLimits
 from interlock.rollout.solvers import solver_backend
+from interlock.synthesis.authors.agents import Call, author_backend, settings_of
 from interlock.synthesis.catalog import Catalog
 from interlock.synthesis.graph import CompletionGraph
 from interlock.synthesis.packs import TaskPack
@@ -121,13 +123,36 @@ def review(params: Params, paths: Paths) -> StageReport:
             continue
         print(f"review: {pool}: {counts['admitted']} of {counts['tasks']} admitted "
               f"({counts['validation_passed']} validation rollouts passed)")
+    tables: dict[str, list[dict]] = {}
     if authored:
         summary["authoring"] = authoring_summary(paths.packs, paths.author_timings, paths.review,
                                                  params.generator.price_per_mtok)
         cost = summary["authoring"]["per_admitted_task"]
         print(f"review: the authors spent {cost['calls']} calls, {cost['prompt_tokens']} prompt and "
               f"{cost['completion_tokens']} completion tokens, ${cost['usd']} per admitted task")
-    return StageReport(metrics=summary, config={"runtime": runtime})
+        if params.generator.model_critic:
+            tables["model_critic"], calls = run_model_critic(paths.graphs, paths.packs, params.generator,
+                                                             params.seed)
+            summary["authoring"]["model_critic"] = found = agreement(tables["model_critic"], calls)
+            print(f"review: the model critic agrees with the reading critic on {found['agreement']} of "
+                  f"{found['answered']} criteria it answered ({found['criteria']} asked)")
+    return StageReport(metrics=summary, tables=tables, config={"runtime": runtime})
+
+
+def run_model_critic(graphs_dir: Path, packs_dir: Path, generator: GeneratorConfig,
+                     seed: int) -> tuple[list[dict], list[Call]]:
+    """The model critic (:mod:`interlock.review.model_critic`) on every authored pack, through the
+    generators' backend, ``generator.batch_tasks`` tasks asked together."""
+    backend, settings = author_backend(generator), settings_of(generator, seed)
+    rows: list[dict] = []
+    calls: list[Call] = []
+    for graphs, packs in zip(iter_graphs(graphs_dir), iter_packs(packs_dir), strict=True):
+        by_id = {g.task_id: g for g in graphs}
+        for chunk in batched([(by_id[p.task_id], p) for p in packs], generator.batch_tasks):
+            made, spent = model_critic_rows(backend, chunk, settings)
+            rows += made
+            calls += spent
+    return rows, calls
 
 
 #: how many of the most common rejection reasons the authoring summary lists, and how much of each

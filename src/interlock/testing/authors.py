@@ -94,6 +94,8 @@ class ScriptedAuthor:
             reply = self._workspace(task_id, prompt, fault)
         elif role == "request":
             reply = {"request": _request(prompt, fault)}
+        elif role == "critic":
+            reply = {"criteria": _critic(prompt)}
         else:
             reply = {"criteria": self._rubric(task_id, prompt, fault)}
         return self._answer(json.dumps(reply), prompt)
@@ -159,7 +161,32 @@ class ScriptedAuthor:
 def _role(body: dict) -> str:
     schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema") or {}
     keys = set(schema.get("properties") or {})
-    return "workspace" if "files" in keys else "request" if "request" in keys else "rubric"
+    if "criteria" in keys:
+        item = schema["properties"]["criteria"].get("items") or {}
+        return "critic" if "supported" in (item.get("properties") or {}) else "rubric"
+    return "workspace" if "files" in keys else "request"
+
+
+def _critic(prompt: str) -> list[dict]:
+    """The scripted critic: a criterion is supported where some public line names a file or a
+    case its text names (the first such line is cited), else not. A reader of names, like the
+    reading critic, but of the criterion's own words."""
+    lines, path = [], ""
+    for line in prompt.split("\nCriteria:\n", 1)[0].splitlines():
+        header = re.fullmatch(r"--- (\S+) ---", line)
+        if header:
+            path = header.group(1)
+        elif path and re.match(r"^[0-9]+: ", line):
+            number, text = line.split(": ", 1)
+            lines.append((path, int(number), text))
+    answers = []
+    for cid, text in re.findall(r"^- (C[0-9]+): (.*)$", prompt.split("\nCriteria:\n", 1)[-1], re.M):
+        names = re.findall(r"[A-Za-z_]+/[A-Za-z0-9_./]+[A-Za-z0-9]|[A-Z]{2,}-[0-9]+", text)
+        cited = next(((p, n) for p, n, line in lines if any(name in line for name in names)), None)
+        first = lines[0][0] if lines else "REQUEST.md"
+        answers.append({"criterion_id": cid, "supported": cited is not None,
+                        "file": cited[0] if cited else first, "line": cited[1] if cited else 0})
+    return answers
 
 
 def _request(prompt: str, fault: str | None) -> str:

@@ -13,7 +13,10 @@ is true to the graph is the reviews' to say, as it is for any pack.
   id, such as ``P-2``) or ``lines`` (a line span ``a-b`` of a file);
 - request writer: ``{"request": text}``;
 - rubric writer: ``{"criteria": [{"criterion_id", "description"}]}``, one line for each criterion
-  it is given and no other.
+  it is given and no other;
+- the model critic (a reviewer, not an author, asked through the same backend):
+  ``{"criteria": [{"criterion_id", "supported", "file", "line"}]}``: for each criterion whether the
+  public material supports it, and the public file and line that does (``line`` 0 where not).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Generic, TypeVar
 from interlock.core.replies import NotAnObject, read_object
 from interlock.synthesis.workspace import PathRefused, clean_path
 
-ROLES = ("workspace", "request", "rubric")
+ROLES = ("workspace", "request", "rubric", "critic")
 LOCATORS = ("row", "clause", "lines")
 #: what a document beside the evidence may be: text a person reads, never a table of cases
 DOCUMENT_SUFFIXES = (".md", ".txt", ".eml")
@@ -228,3 +231,51 @@ def rubric_form(criterion_ids: Sequence[str], limits: Limits) -> Form[dict[str, 
         return described
 
     return Form("rubric", schema, read)
+
+
+# ----------------------------------------------------------------------------- the model critic
+
+@dataclass(frozen=True)
+class Citation:
+    """The model critic's answer for one criterion: supported or not, and where (a public file and
+    a line of it; ``line`` 0 where it says not supported)."""
+
+    supported: bool
+    path: str
+    line: int
+
+
+def critic_form(criterion_ids: Sequence[str], lines: Mapping[str, int]) -> Form[dict[str, Citation]]:
+    """One answer for each of ``criterion_ids``; ``lines``: each public file and its line count
+    (a citation must name one of them, and a line it has)."""
+    ids = list(criterion_ids)
+    schema = _object({"criteria": {"type": "array", "minItems": len(ids), "maxItems": len(ids),
+                                   "items": _object({"criterion_id": {"type": "string", "enum": ids},
+                                                     "supported": {"type": "boolean"},
+                                                     "file": {"type": "string", "enum": sorted(lines)},
+                                                     "line": {"type": "integer", "minimum": 0}})}})
+
+    def read(value: dict) -> dict[str, Citation]:
+        items = _list(_keys(value, ("criteria",), "the answer")["criteria"], "criteria", len(ids))
+        found: dict[str, Citation] = {}
+        for n, item in enumerate(items):
+            item = _keys(item, ("criterion_id", "supported", "file", "line"), f"criteria[{n}]")
+            cid, supported, path, line = (item[k] for k in ("criterion_id", "supported", "file", "line"))
+            if cid not in ids or cid in found:
+                raise FormError(f"criteria[{n}].criterion_id {str(cid)[:32]!r} is not one of "
+                                f"{', '.join(ids)}, once each")
+            if not isinstance(supported, bool):
+                raise FormError(f"criteria[{n}].supported is not true or false")
+            if path not in lines:
+                raise FormError(f"criteria[{n}].file {str(path)[:80]!r} is not a public file")
+            if not isinstance(line, int) or isinstance(line, bool) or not 0 <= line <= lines[path] or (
+                    supported and line == 0):
+                raise FormError(f"criteria[{n}].line {str(line)[:12]} is not a line of {path} "
+                                f"(1 to {lines[path]}; 0 only where not supported)")
+            found[cid] = Citation(supported, path, line)
+        missing = [cid for cid in ids if cid not in found]
+        if missing:
+            raise FormError(f"no answer for {', '.join(missing)}")
+        return found
+
+    return Form("critic", schema, read)
