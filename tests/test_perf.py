@@ -251,3 +251,33 @@ def test_rst_rounds_grows_toward_its_target_and_reports_its_checks(tmp_path) -> 
     assert set(figures["checks"]) == {"reached_target", "within_15_minutes_measured",
                                       "within_15_minutes_extrapolated", "memory_flat"}
     assert "checks: reached_target" in text
+
+
+def test_generator_faults_plants_every_class_and_refuses_each_by_its_review(tmp_path) -> None:
+    """Every class of author mistake over a real loopback server, on 2 training domains: each
+    refused by a review that must, no clean paraphrase refused, the diversity of both sides."""
+    from interlock.testing.authors import FAULTS
+
+    out = tmp_path / "faults.json"
+    printed = bench("generator_faults.py", "--domains", "2", "--json", str(out), cwd=tmp_path)
+    figures = json.loads(out.read_text())
+    classes = figures["classes"]
+    assert set(classes) == {"clean", *FAULTS} and figures["domains"] == 2
+    assert classes["clean"]["refused"] == 0 and classes["clean"]["tasks"] == 2
+    for name in FAULTS:
+        assert classes[name]["tasks"] == classes[name]["refused"] == classes[name]["by_review"] == 2, name
+    assert set(figures["diversity"]) == {"template", "scripted author"}
+    assert "| clean paraphrase |" in printed and "Nearest-neighbour similarity" in printed
+
+
+def test_generator_model_runs_a_real_checkpoint_as_the_authors(tiny_checkpoint, tmp_path) -> None:
+    """The tiny random model through transformers as the three authors: it writes nothing of the
+    form, so its one task is refused by the authoring step with the reason, one call made."""
+    out = tmp_path / "model.json"
+    printed = bench("generator_model.py", "--checkpoint", str(tiny_checkpoint), "--backend", "transformers",
+                    "--tasks", "1", "--max-new-tokens", "16", "--max-attempts", "1", "--json", str(out),
+                    cwd=tmp_path)
+    figures = json.loads(out.read_text())
+    assert (figures["tasks"], figures["admitted"], figures["calls"]) == (1, 0, 1)
+    assert figures["refused_by"] == {"authoring": 1} and figures["refused_replies"][0]["role"] == "workspace"
+    assert "1 tasks, 0 admitted" in printed
