@@ -291,7 +291,7 @@ def test_the_packs_and_review_stages_write_the_authors_tables_and_their_cost(cat
     from interlock.core.io import write_table_set
     from interlock.review.stage import authoring_summary, run_review
     from interlock.synthesis.graph import graph_rows
-    from interlock.synthesis.stage import run_authored_packs
+    from interlock.synthesis.packs_stage import run_authored_packs
 
     graphs = _graphs(catalog, catalog.split("train")[:4])
     graphs_dir, packs_dir, review_dir = tmp_path / "graphs", tmp_path / "packs", tmp_path / "review"
