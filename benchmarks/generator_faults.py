@@ -19,23 +19,18 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import Counter
 from pathlib import Path
 
-from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
-from interlock.models.openai_backend import OpenAIBackend
 from interlock.recursive.similarity import nearest_neighbours, tail_share, task_signature
-from interlock.synthesis.authors.agents import AuthorSettings
-from interlock.synthesis.authors.compile import Unwritten, author_packs
-from interlock.synthesis.blueprints import make_blueprint
+from interlock.review.author_faults import fault_graphs, fault_table, write_with_faults
+from interlock.synthesis.authors.compile import Unwritten
 from interlock.synthesis.catalog import load_catalog
-from interlock.synthesis.graph import build_graph
 from interlock.synthesis.packs import compile_pack
-from interlock.testing.authors import FAULTS, ScriptedAuthor, reviewed
-from interlock.testing.loopback_server import LoopbackServer
+from interlock.testing.authors import FAULTS
 
 SIZE = TaskSize(2, 1, 1, 1)  # the default scale's task size
+SEED = 5
 TAIL = 0.95  # recursive synthesis's similarity threshold (conf/synthesis)
 
 
@@ -46,49 +41,29 @@ def main() -> None:
     args = parser.parse_args()
     catalog = load_catalog()
     domains = catalog.split("train")[:args.domains]
-    classes = ["clean", *FAULTS]
-    graphs = {(name, d.id): build_graph(make_blueprint(d, "rft", index, SIZE, stable_seed(5, d.id, index)), d)
-              for index, name in enumerate(classes) for d in domains}
-    faults = {g.task_id: name for (name, _), g in graphs.items() if name != "clean"}
-    outcomes = {g.task_id: {n.attrs["case_id"]: n.attrs["outcome"] for n in g.of_kind("decision")}
-                for g in graphs.values()}
+    graphs = fault_graphs(domains, SIZE, SEED)
     start = time.perf_counter()
-    with LoopbackServer(ScriptedAuthor(faults, outcomes), endpoints=1, max_seconds=3600) as server:
-        backend = OpenAIBackend(server.urls, "scripted-author", max_in_flight=16, max_retries=0,
-                                timeout_s=120)
-        made, calls = author_packs(list(graphs.values()), catalog, backend, AuthorSettings())
+    run = write_with_faults(graphs, catalog)
     authored_s = time.perf_counter() - start
-    rows: dict[str, dict] = {}
     start = time.perf_counter()
-    packs = {}
-    for ((name, _), graph), item in zip(graphs.items(), made, strict=True):
-        if not isinstance(item, Unwritten):
-            packs[graph.task_id] = item
-        catchers, reasons = reviewed(graph, item, catalog[graph.domain_id])
-        row = rows.setdefault(name, {"reviews": list(FAULTS[name][0]) if name in FAULTS else [], "tasks": 0,
-                                     "refused": 0, "by_review": 0, "refused_by": Counter(), "example": ""})
-        row["tasks"] += 1
-        if catchers:
-            row["refused"] += 1
-            row["refused_by"].update(catchers)
-            row["by_review"] += int(bool(set(row["reviews"]) & set(catchers)))
-            row["example"] = row["example"] or reasons[0][:140]
+    rows = fault_table(run, catalog)
     reviewed_s = time.perf_counter() - start
     print(f"{len(graphs)} tasks over {len(domains)} training domains: authored in {authored_s:.1f} s "
-          f"({len(calls)} calls over HTTP), reviewed in {reviewed_s:.1f} s\n")
+          f"({run.calls} calls over HTTP), reviewed in {reviewed_s:.1f} s\n")
     print("| mistake | reviews that may refuse it | tasks | refused | by those (recall) | refused by | "
           "example |")
     print("|---|---|---:|---:|---:|---|---|")
-    for name in classes:
-        row = rows[name]
-        recall = "" if name == "clean" else f"{row['by_review']} ({row['by_review'] / row['tasks']:.3f})"
+    for name, row in rows.items():
+        recall = "" if name == "clean" else f"{row['by_review']} ({row['recall']:.3f})"
         what = "clean paraphrase" if name == "clean" else f"`{name}`: {FAULTS[name][1]}"
-        by = ", ".join(f"{k} {v}" for k, v in sorted(row["refused_by"].items()))
+        by = ", ".join(f"{k} {v}" for k, v in row["refused_by"].items())
         print(f"| {what} | {' or '.join(row['reviews']) or '(none: admitted)'} | {row['tasks']} | "
               f"{row['refused']} | {recall} | {by} | {row['example'].replace('|', '/')} |")
 
     clean = [(graphs[("clean", d.id)], d) for d in domains]
-    authored = [task_signature(g, packs[g.task_id]) for g, _ in clean if g.task_id in packs]
+    packs = {domain_id: made for (name, domain_id), made in run.made.items()
+             if name == "clean" and not isinstance(made, Unwritten)}
+    authored = [task_signature(g, packs[d.id]) for g, d in clean if d.id in packs]
     template = [task_signature(g, compile_pack(g, d)) for g, d in clean]
     diversity = {}
     for name, signatures in (("template", template), ("scripted author", authored)):
@@ -101,10 +76,8 @@ def main() -> None:
               f"tail {figures['tail_share']}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        out = {"domains": len(domains), "authored_seconds": round(authored_s, 1), "calls": len(calls),
-               "diversity": diversity,
-               "classes": {name: {**row, "refused_by": dict(row["refused_by"])}
-                           for name, row in rows.items()}}
+        out = {"domains": len(domains), "authored_seconds": round(authored_s, 1), "calls": run.calls,
+               "diversity": diversity, "classes": rows}
         args.json.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
 
 

@@ -23,12 +23,12 @@ from pathlib import Path
 from interlock.core.config import GeneratorConfig
 from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
+from interlock.review.author_faults import reviewed
 from interlock.synthesis.authors.agents import AuthorSettings, author_backend
 from interlock.synthesis.authors.compile import author_packs
 from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.catalog import load_catalog
 from interlock.synthesis.graph import build_graph
-from interlock.testing.authors import reviewed
 
 SIZE = TaskSize(2, 1, 1, 1)
 

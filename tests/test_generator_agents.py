@@ -21,6 +21,8 @@ from interlock.core.io import read_rows
 from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
 from interlock.models.openai_backend import OpenAIBackend
+from interlock.review import author_faults
+from interlock.review.author_faults import REVIEWS, author_fault_controls, reviewed
 from interlock.review.model_critic import OUTCOMES, agreement, model_critic_rows
 from interlock.review.static import review_pack
 from interlock.rollout.engine import RolloutLimits, run_episodes
@@ -40,7 +42,7 @@ from interlock.synthesis.authors.forms import (
 from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.graph import build_graph
 from interlock.synthesis.tasks import TaskContext
-from interlock.testing.authors import FAULTS, RECOVERS, REVIEWS, ScriptedAuthor, reviewed
+from interlock.testing.authors import FAULTS, RECOVERS, ScriptedAuthor
 from interlock.testing.loopback_server import LoopbackServer
 
 LIMITS = Limits()
@@ -250,6 +252,29 @@ def test_a_refused_first_reply_is_retried_and_the_task_admitted(planted) -> None
     assert verdicts[task]["admitted"], verdicts[task]["reasons"]
     assert [(c.attempt, c.accepted) for c in calls if c.task_id == task and c.role == "workspace"] == [
         (1, False), (2, True)]
+
+
+def test_the_author_fault_controls_count_each_class_and_show_what_a_blinded_review_lets_through(
+        catalog, monkeypatch) -> None:
+    domains = catalog.split("train")[:2]
+    found = author_fault_controls(domains, catalog, size=SMALL, seed=3)
+    classes = found["classes"]
+    assert list(classes) == ["clean", *FAULTS] and found["domains"] == 2 and found["calls"] > 0
+    assert classes["clean"] == {**classes["clean"], "tasks": 2, "refused": 0, "recall": None}
+    for name in FAULTS:
+        assert (classes[name]["tasks"], classes[name]["recall"]) == (2, 1.0), (name, classes[name])
+        assert set(classes[name]["refused_by"]) & set(FAULTS[name][0]) and classes[name]["example"], name
+
+    def blinded(graph, pack, domain, **options):
+        tables = review_pack(graph, pack, domain, **options)
+        for verdict in tables["verdicts"]:
+            verdict["leaks_ok"] = True
+        return tables
+
+    monkeypatch.setattr(author_faults, "review_pack", blinded)
+    blind = author_fault_controls(domains, catalog, size=SMALL, seed=3)["classes"]
+    assert blind["outcome_leaked"]["recall"] == blind["addressed"]["recall"] == 0.0
+    assert blind["deliverable_missing"]["recall"] == blind["index_misplaced"]["recall"] == 1.0
 
 
 def test_clean_paraphrases_of_every_decision_kind_are_admitted_and_the_oracle_solves_them(

@@ -19,6 +19,7 @@ from interlock.core.errors import InterlockError
 from interlock.core.io import read_rows
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.stage import run_graphs
+from interlock.testing.authors import FAULTS
 from interlock.training.examples import table_schema
 
 from helpers.repo import BIN, command_timeout, stages_run, tree_digest
@@ -52,6 +53,10 @@ def test_dvc_repro_writes_every_artifact(smoke_repo):
     assert all(v["admitted"] for v in verdicts), [v["reasons"] for v in verdicts if not v["admitted"]]
     metrics = json.loads((smoke_repo / "metrics" / "review.json").read_text())
     assert metrics["rft"]["tasks"] == 4 * 2 and metrics["rft"]["admitted"] == 8
+    faults = metrics["author_faults"]  # the reviews against the scripted author's mistakes, each run
+    assert faults["domains"] == 4 and faults["classes"]["clean"]["refused"] == 0
+    recall = {name: row["recall"] for name, row in faults["classes"].items() if name != "clean"}
+    assert recall == dict.fromkeys(FAULTS, 1.0)
     assert (smoke_repo / "dvc.lock").exists()
 
 

@@ -15,14 +15,16 @@ from interlock.core.io import batched, count_rows, read_rows, write_table_set
 from interlock.core.paths import Paths
 from interlock.core.runner import task_progress
 from interlock.core.tracking import StageReport
+from interlock.core.types import TRAIN_POOLS
 from interlock.judging.agent import AgentJudge
+from interlock.review.author_faults import author_fault_controls
 from interlock.review.execution import ExecutionGate
 from interlock.review.model_critic import agreement, model_critic_rows
 from interlock.review.static import review_pack, unwritten_verdict
 from interlock.rollout.engine import RolloutLimits
 from interlock.rollout.solvers import solver_backend
 from interlock.synthesis.authors.agents import Call, author_backend, settings_of
-from interlock.synthesis.catalog import Catalog
+from interlock.synthesis.catalog import Catalog, Domain
 from interlock.synthesis.graph import CompletionGraph
 from interlock.synthesis.packs import TaskPack
 from interlock.synthesis.tasks import TaskContext, iter_graphs, iter_packs, load_domains
@@ -114,15 +116,25 @@ def review(params: Params, paths: Paths) -> StageReport:
     solver, policy, runtime = solver_backend(params.scale.validation.solver, params, paths.base_model, "base")
     limits = RolloutLimits.of(params.scale.rollouts, params.backbone.generation)
     authored = params.generator.name == "llm"
+    catalog = load_domains(paths.domains)
     with AgentJudge(episode=limits.episode) as judge:
         gate = ExecutionGate(solver, judge, policy=policy, seed=params.seed, limits=limits)
-        summary = run_review(paths.graphs, paths.packs, paths.review, catalog=load_domains(paths.domains),
-                             gate=gate, authored=authored)
+        summary = run_review(paths.graphs, paths.packs, paths.review, catalog=catalog, gate=gate,
+                             authored=authored)
     for pool, counts in summary.items():
         if pool == "mutants":
             continue
         print(f"review: {pool}: {counts['admitted']} of {counts['tasks']} admitted "
               f"({counts['validation_passed']} validation rollouts passed)")
+    summary["author_faults"] = faults = author_fault_controls(
+        training_domains(paths.graphs, catalog), catalog, size=params.scale.task_size.build(),
+        seed=params.seed)
+    missed = {name: row["tasks"] - row["by_review"] for name, row in faults["classes"].items()
+              if name != "clean" and row["by_review"] < row["tasks"]}
+    print(f"review: author-fault controls over {faults['domains']} training domains: "
+          f"{len(faults['classes']) - 1 - len(missed)} of {len(faults['classes']) - 1} classes of mistake "
+          f"refused by their reviews every time{f' (missed: {missed})' if missed else ''}; "
+          f"{faults['classes']['clean']['refused']} clean paraphrases refused")
     tables: dict[str, list[dict]] = {}
     if authored:
         summary["authoring"] = authoring_summary(paths.packs, paths.author_timings, paths.review,
@@ -137,6 +149,13 @@ def review(params: Params, paths: Paths) -> StageReport:
             print(f"review: the model critic agrees with the reading critic on {found['agreement']} of "
                   f"{found['answered']} criteria it answered ({found['criteria']} asked)")
     return StageReport(metrics=summary, tables=tables, config={"runtime": runtime})
+
+
+def training_domains(graphs_dir: Path, catalog: Catalog) -> list[Domain]:
+    """The training domains this run's graphs come from, in the catalog's order."""
+    used = {row["domain_id"] for row in read_rows(graphs_dir / "tasks.parquet", schemas.GRAPH_TABLES["tasks"])
+            if row["pool"] in TRAIN_POOLS}
+    return [d for d in catalog.split("train") if d.id in used]
 
 
 def run_model_critic(graphs_dir: Path, packs_dir: Path, generator: GeneratorConfig,

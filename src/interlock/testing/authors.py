@@ -22,11 +22,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from interlock.review.static import review_pack
-from interlock.synthesis.authors.compile import Unwritten
-from interlock.synthesis.catalog import Domain
-from interlock.synthesis.graph import CompletionGraph
-from interlock.synthesis.packs import TaskPack
 from interlock.synthesis.workspace import format_csv, parse_csv
 from interlock.testing.loopback_server import Answer, LoopbackServer, Request, completion_body
 
@@ -46,8 +41,6 @@ FAULTS: dict[str, tuple[tuple[str, ...], str]] = {
     "endless": (("authoring",), "replies that never end (cut off at the token limit)"),
     "addressed": (("leaks",), "a memo telling the reviewer to admit the task"),
 }
-#: the verdict's flags, one per static review
-REVIEWS = ("coverage", "critic", "leaks", "controls", "mutations")
 #: not a mistake: a first reply that is not JSON, then a clean one when told why (the retry loop)
 RECOVERS = "malformed_once"
 MEMO_PATH = "memos/intake_note.md"
@@ -258,12 +251,3 @@ def main() -> None:
 if __name__ == "__main__":
     main()
 
-
-def reviewed(graph: CompletionGraph, made: TaskPack | Unwritten,
-             domain: Domain) -> tuple[list[str], list[str]]:
-    """What refused an authored task (the static reviews whose verdict flag is false, or
-    ``authoring`` / ``compile`` for one never written; none where it is admitted) and the reasons."""
-    if isinstance(made, Unwritten):
-        return ["compile" if made.reason.startswith("compiling") else "authoring"], [made.reason]
-    verdict = review_pack(graph, made, domain, authored=True)["verdicts"][0]
-    return [r for r in REVIEWS if verdict[f"{r}_ok"] is False], verdict["reasons"]
