@@ -574,6 +574,20 @@ def test_completion_gap_is_a_right_primary_deliverable_with_a_realization_missed
     assert effects_only.completion_gap is None and effects_only.primary_passed is None
 
 
+@pytest.mark.parametrize(("passing", "score"), [
+    ({"C6"}, 0.0),  # nothing changed: the guard holds, and earns nothing alone
+    ({"C6", "C7"}, 0.0),  # nothing done, then submit
+    ({"C2", "C6", "C7"}, 3 / 9),  # one clause cited: the guard and the submit count beside it
+    ({"C2"}, 1 / 9),  # damage done and no submit: the cited clause alone
+    ({"C1", "C2", "C3", "C4", "C5", "C6", "C7"}, 1.0),
+])
+def test_an_episode_that_does_nothing_scores_nothing(passing, score) -> None:
+    rubric = [*RUBRIC, Criterion("C7", "submit", (), True, 1.0, "")]
+    result = grade_episode(_trajectory(), rubric, {c.criterion_id: c.criterion_id in passing for c in rubric})
+    assert result.score == pytest.approx(score)
+    assert result.criterion_pass_rate == pytest.approx(len(passing) / 7)  # still every passing criterion
+
+
 # ----------------------------------------------------------------------------- adapters and checkpoints
 
 class SubmitBench:

@@ -8,10 +8,12 @@ checks (the agent judge's ground truth, never a model). The rubric's criterion k
 holds the right outcome; mandatory, weight 2), ``grounding`` (it cites the deciding clause;
 optional, weight 1), ``realization`` (per effect: the decision is carried into that record;
 mandatory, weight 1), ``coupling`` (a joint constraint over decisions holds; mandatory, weight 2)
-and ``no_collateral`` (the guard; mandatory, weight 1).
+``no_collateral`` (the guard; mandatory, weight 1) and ``submit`` (the episode ended by submitting).
 
 - ``passed``: every mandatory criterion passes (a criterion without a verdict fails);
-- ``score``: the weighted score, passing weight / total weight, in [0, 1];
+- ``score``: the weighted score, passing weight / total weight, in [0, 1]; the guard's and the
+  submit's weight count only beside a criterion of work that passes (:data:`IDLE_KINDS`), so an
+  episode that changes nothing, or only submits, scores 0 (the guard alone gave it 1/12);
 - ``criterion_pass_rate``: passing criteria / criteria;
 - ``primary_passed``: the *primary deliverable* is right: every ``primary`` criterion passes
   (every decision recorded with the right outcome); null for a rubric without primary criteria;
@@ -54,7 +56,7 @@ are deterministic. A pool with at least two tasks in every domain (the held-out 
 stratified sample and is resampled within domains, so its intervals and MDEs are those of a new
 draw of tasks from the same domains (a claim about these domains, not about domains never seen);
 a pool with a domain of one task is resampled as a whole. ``resampling`` in a pool's summary says
-which. A metric every task gives the same value (a score of 0.083 on every task) has a
+which. A metric every task gives the same value (a criterion pass rate of 0.111 on every task) has a
 bootstrap interval of that one value: nothing varies to resample.
 
 **Paired deltas** against the reference model keep the percentile bootstrap, paired: each
@@ -98,6 +100,9 @@ from interlock.synthesis.packs import Criterion
 
 PRIMARY_KINDS = frozenset({"primary"})
 REALIZATION_KINDS = frozenset({"realization"})
+#: the criteria an episode that does no work passes as well (nothing damaged; submit called):
+#: their weight is earned only beside a criterion of work that passes
+IDLE_KINDS = frozenset({"no_collateral", "submit"})
 #: metric -> the results column it averages
 METRICS = {
     "pass_rate": "passed",
@@ -167,7 +172,6 @@ def grade_episode(trajectory: Trajectory, rubric: Sequence[Criterion], passed: M
                   verdicts: Sequence[dict] = ()) -> EpisodeResult:
     """Grade one episode from its criteria's verdicts (``criterion_id -> passed``)."""
     ok = {c.criterion_id: bool(passed.get(c.criterion_id, False)) for c in rubric}
-    total = sum(c.weight for c in rubric)
     primary = [ok[c.criterion_id] for c in rubric if c.kind in PRIMARY_KINDS]
     realization = [ok[c.criterion_id] for c in rubric if c.kind in REALIZATION_KINDS]
     primary_passed = all(primary) if primary else None
@@ -175,9 +179,19 @@ def grade_episode(trajectory: Trajectory, rubric: Sequence[Criterion], passed: M
     return EpisodeResult.of(
         trajectory,
         passed=bool(rubric) and accepted(ok, rubric),
-        score=sum(c.weight for c in rubric if ok[c.criterion_id]) / total if total else 0.0,
+        score=weighted_score(rubric, ok),
         criterion_pass_rate=sum(ok.values()) / len(ok) if ok else 0.0,
         criteria=len(rubric), primary_passed=primary_passed, completion_gap=gap, verdicts=verdicts)
+
+
+def weighted_score(rubric: Sequence[Criterion], ok: Mapping[str, bool]) -> float:
+    """Passing weight over total weight, in [0, 1], where the weight of the criteria an idle
+    episode passes too (:data:`IDLE_KINDS`) counts only if some other criterion passes: doing
+    nothing earns nothing."""
+    total = sum(c.weight for c in rubric)
+    worked = any(ok[c.criterion_id] for c in rubric if c.kind not in IDLE_KINDS)
+    earned = sum(c.weight for c in rubric if ok[c.criterion_id] and (worked or c.kind not in IDLE_KINDS))
+    return earned / total if total else 0.0
 
 
 # ----------------------------------------------------------------------------- bootstrap
