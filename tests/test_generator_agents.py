@@ -360,9 +360,19 @@ def test_the_packs_and_review_stages_write_the_authors_tables_and_their_cost(cat
     with LoopbackServer(ScriptedAuthor({}), endpoints=1) as server:
         generator = GeneratorConfig(name="llm", backend="openai", model="scripted-author", batch_tasks=2,
                                     server=ServerConfig(base_urls=server.urls, max_retries=0))
-        rows, calls = run_model_critic(graphs_dir, packs_dir, generator, seed=0)
-    assert {r["task_id"] for r in rows} == {g.task_id for g in graphs[1:]} and len(calls) == 3
-    assert agreement(rows, calls)["answered"] == len(rows)
+        rows, critic_calls = run_model_critic(graphs_dir, packs_dir, generator, seed=0)
+    assert {r["task_id"] for r in rows} == {g.task_id for g in graphs[1:]} and len(critic_calls) == 3
+    assert agreement(rows, critic_calls)["answered"] == len(rows)
+    # what the critic spent is part of what a task cost
+    total = authoring_summary(packs_dir, tmp_path / "timings.parquet", review_dir,
+                              PriceConfig(prompt=1.0, completion=2.0), critic_calls)
+    assert total["roles"]["critic"] == {"calls": 3, "refused": 0,
+                                        "prompt_tokens": sum(c.prompt_tokens for c in critic_calls),
+                                        "completion_tokens": sum(c.completion_tokens for c in critic_calls)}
+    prompt += sum(c.prompt_tokens for c in critic_calls)
+    completion += sum(c.completion_tokens for c in critic_calls)
+    assert total["per_admitted_task"]["usd"] == pytest.approx((prompt + 2 * completion) / 1e6 / 2, abs=1e-6)
+    assert total["per_admitted_task"]["calls"] == (len(calls) + 3) / 2
 
 
 def test_a_real_model_that_cannot_write_the_form_gets_every_task_rejected_with_a_reason(

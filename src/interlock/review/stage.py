@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from interlock.core import schemas
@@ -137,15 +138,18 @@ def review(params: Params, paths: Paths) -> StageReport:
           f"{faults['classes']['clean']['refused']} clean paraphrases refused")
     tables: dict[str, list[dict]] = {}
     if authored:
-        summary["authoring"] = authoring_summary(paths.packs, paths.author_timings, paths.review,
-                                                 params.generator.price_per_mtok)
-        cost = summary["authoring"]["per_admitted_task"]
-        print(f"review: the authors spent {cost['calls']} calls, {cost['prompt_tokens']} prompt and "
-              f"{cost['completion_tokens']} completion tokens, ${cost['usd']} per admitted task")
+        critic_calls: list[Call] = []
         if params.generator.model_critic:
-            tables["model_critic"], calls = run_model_critic(paths.graphs, paths.packs, params.generator,
-                                                             params.seed)
-            summary["authoring"]["model_critic"] = found = agreement(tables["model_critic"], calls)
+            tables["model_critic"], critic_calls = run_model_critic(
+                paths.graphs, paths.packs, params.generator, params.seed)
+        summary["authoring"] = authoring_summary(paths.packs, paths.author_timings, paths.review,
+                                                 params.generator.price_per_mtok, critic_calls)
+        cost = summary["authoring"]["per_admitted_task"]
+        print(f"review: the authors{' and the model critic' if critic_calls else ''} spent {cost['calls']} "
+              f"calls, {cost['prompt_tokens']} prompt and {cost['completion_tokens']} completion tokens, "
+              f"${cost['usd']} per admitted task")
+        if params.generator.model_critic:
+            summary["authoring"]["model_critic"] = found = agreement(tables["model_critic"], critic_calls)
             print(f"review: the model critic agrees with the reading critic on {found['agreement']} of "
                   f"{found['answered']} criteria it answered ({found['criteria']} asked)")
     return StageReport(metrics=summary, tables=tables, config={"runtime": runtime})
@@ -181,15 +185,19 @@ REVIEW_FLAGS = ("coverage_ok", "critic_ok", "leaks_ok", "controls_ok", "mutation
 _DIGITS = re.compile(r"[0-9]+")
 
 
-def authoring_summary(packs_dir: Path, timings: Path, review_dir: Path, price: PriceConfig) -> dict:
-    """What the model authors cost and what came of it: per role, the calls, replies refused and
-    tokens; over every call, the cost of one admitted task (``per_admitted_task``: everything spent,
-    rejected tasks' calls included, over the tasks admitted); the admission rate and the most
+def authoring_summary(packs_dir: Path, timings: Path, review_dir: Path, price: PriceConfig,
+                      critic_calls: Sequence[Call] = ()) -> dict:
+    """What the model authors (and the model critic, role ``critic``, where it ran) cost and what
+    came of it: per role, the calls, replies refused and tokens; over every call, the cost of one
+    admitted task (``per_admitted_task``: everything spent, rejected tasks' calls included, over
+    the tasks admitted); the admission rate and the most
     common reasons tasks were rejected (counted per task, digits read as ``#`` so one reason in
     many tasks counts as one), and how many tasks each review refused (``authoring``: never
     written)."""
     calls = read_rows(packs_dir / "author_calls.parquet", schemas.AUTHORING_TABLES["author_calls"])
+    calls += [c.row() for c in critic_calls]
     seconds = sum(r["seconds"] for r in read_rows(timings, schemas.AUTHOR_TIMINGS))
+    seconds += sum(c.seconds for c in critic_calls)
     verdicts = read_rows(review_dir / "verdicts.parquet", schemas.REVIEW_TABLES["verdicts"])
     admitted = sum(v["admitted"] for v in verdicts)
     roles: dict[str, Counter] = {}
