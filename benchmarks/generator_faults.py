@@ -1,5 +1,5 @@
 """The model generators' reviews against an author that makes mistakes: for every class of mistake
-(:data:`interlock.testing.authors.FAULTS`), one task of each training domain written with it by
+(:data:`interlock.review.scripted_author.FAULTS`), one task of each training domain written with it by
 the scripted author over a real loopback HTTP server, reviewed as the ``review`` stage reviews
 (static reviews; the execution gate is the templates' own and is left out); and every domain's
 task written cleanly. Prints, per class, the review that must refuse it, how many were refused
@@ -24,10 +24,11 @@ from pathlib import Path
 from interlock.core.types import TaskSize
 from interlock.recursive.similarity import nearest_neighbours, tail_share, task_signature
 from interlock.review.author_faults import fault_graphs, fault_table, write_with_faults
+from interlock.review.scripted_author import FAULTS
 from interlock.synthesis.authors.compile import Unwritten
 from interlock.synthesis.catalog import load_catalog
 from interlock.synthesis.packs import compile_pack
-from interlock.testing.authors import FAULTS
+from interlock.testing.authors import served
 
 SIZE = TaskSize(2, 1, 1, 1)  # the default scale's task size
 SEED = 5
@@ -43,7 +44,7 @@ def main() -> None:
     domains = catalog.split("train")[:args.domains]
     graphs = fault_graphs(domains, SIZE, SEED)
     start = time.perf_counter()
-    run = write_with_faults(graphs, catalog)
+    run = write_with_faults(graphs, catalog, serve=served)
     authored_s = time.perf_counter() - start
     start = time.perf_counter()
     rows = fault_table(run, catalog)

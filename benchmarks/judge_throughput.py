@@ -47,7 +47,7 @@ def default_data(folder: Path) -> Paths:
     ``folder`` (laid out as the pipeline lays out its data folder)."""
     from interlock.core.config import Params, compose_params
     from interlock.review.stage import run_review
-    from interlock.synthesis.packs_stage import packs
+    from interlock.synthesis.authors.stage import packs
     from interlock.synthesis.stage import blueprints, domains, graphs
     from interlock.synthesis.tasks import load_domains
 

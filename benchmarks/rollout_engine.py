@@ -51,7 +51,7 @@ def load_packs(packs_dir: Path | None, episodes: int, turns: int) -> list:
 def build_default_packs(out: Path) -> Path:
     """The default scale's task packs, synthesized with the real stage functions into ``out``."""
     from interlock.core.config import Params, compose_params
-    from interlock.synthesis.packs_stage import packs
+    from interlock.synthesis.authors.stage import packs
     from interlock.synthesis.stage import blueprints, domains, graphs
 
     params = Params.model_validate(compose_params(ROOT / "conf"))

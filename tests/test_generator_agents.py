@@ -24,6 +24,7 @@ from interlock.models.openai_backend import OpenAIBackend
 from interlock.review import author_faults
 from interlock.review.author_faults import REVIEWS, author_fault_controls, reviewed
 from interlock.review.model_critic import OUTCOMES, agreement, model_critic_rows
+from interlock.review.scripted_author import FAULTS, RECOVERS, ScriptedAuthor
 from interlock.review.static import review_pack
 from interlock.rollout.engine import RolloutLimits, run_episodes
 from interlock.rollout.runs import plan_episodes
@@ -42,7 +43,7 @@ from interlock.synthesis.authors.forms import (
 from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.graph import build_graph
 from interlock.synthesis.tasks import TaskContext
-from interlock.testing.authors import FAULTS, RECOVERS, ScriptedAuthor
+from interlock.testing.authors import ServedAuthor, served
 from interlock.testing.loopback_server import LoopbackServer
 
 LIMITS = Limits()
@@ -77,8 +78,7 @@ def _outcomes(graphs) -> dict[str, dict[str, str]]:
 
 
 def _authored(catalog, graphs, faults: dict[str, str]):
-    with LoopbackServer(ScriptedAuthor(faults, _outcomes(graphs)), endpoints=1) as server:
-        backend = OpenAIBackend(server.urls, "scripted-author", max_in_flight=8, max_retries=0, timeout_s=60)
+    with served(ScriptedAuthor(faults, _outcomes(graphs)), max_in_flight=8, timeout_s=60) as backend:
         return author_packs(graphs, catalog, backend, SETTINGS)
 
 
@@ -315,8 +315,8 @@ def test_the_packs_and_review_stages_write_the_authors_tables_and_their_cost(cat
     from interlock.core.config import PriceConfig
     from interlock.core.io import write_table_set
     from interlock.review.stage import authoring_summary, run_review
+    from interlock.synthesis.authors.stage import run_authored_packs
     from interlock.synthesis.graph import graph_rows
-    from interlock.synthesis.packs_stage import run_authored_packs
 
     graphs = _graphs(catalog, catalog.split("train")[:4])
     graphs_dir, packs_dir, review_dir = tmp_path / "graphs", tmp_path / "packs", tmp_path / "review"
@@ -331,8 +331,7 @@ def test_the_packs_and_review_stages_write_the_authors_tables_and_their_cost(cat
 
     run_domains(domains_path)
     faults = {graphs[0].task_id: "malformed", graphs[1].task_id: "parameter_changed"}
-    with LoopbackServer(ScriptedAuthor(faults), endpoints=1) as server:
-        backend = OpenAIBackend(server.urls, "scripted-author", max_in_flight=4, max_retries=0, timeout_s=60)
+    with served(ScriptedAuthor(faults), max_in_flight=4, timeout_s=60) as backend:
         counts = run_authored_packs(domains_path, graphs_dir, packs_dir, tmp_path / "timings.parquet",
                                     backend=backend, settings=SETTINGS, batch_tasks=3)
     assert (counts["packs"], counts["unwritten"]) == (3, 1)
@@ -357,7 +356,7 @@ def test_the_packs_and_review_stages_write_the_authors_tables_and_their_cost(cat
     # the review stage's model critic, through the generator's own backend configuration
     from interlock.review.stage import run_model_critic
 
-    with LoopbackServer(ScriptedAuthor({}), endpoints=1) as server:
+    with LoopbackServer(ServedAuthor(ScriptedAuthor({})), endpoints=1) as server:
         generator = GeneratorConfig(name="llm", backend="openai", model="scripted-author", batch_tasks=2,
                                     server=ServerConfig(base_urls=server.urls, max_retries=0))
         rows, critic_calls = run_model_critic(graphs_dir, packs_dir, generator, seed=0)
@@ -550,8 +549,7 @@ def test_the_model_critic_over_http_is_compared_with_the_reading_critic(catalog,
     the reading critic, and where the model still says supported it is counted as model_only."""
     graphs = _graphs(catalog, catalog.split("train")[:3], index=4)
     faults = {graphs[0].task_id: "deliverable_missing"}
-    with LoopbackServer(ScriptedAuthor(faults), endpoints=1) as server:
-        backend = OpenAIBackend(server.urls, "scripted-author", max_in_flight=4, max_retries=0, timeout_s=60)
+    with served(ScriptedAuthor(faults), max_in_flight=4, timeout_s=60) as backend:
         made, _ = author_packs(graphs, catalog, backend, SETTINGS)
         rows, calls = model_critic_rows(backend, list(zip(graphs, made, strict=True)), SETTINGS)
     summary = agreement(rows, calls)

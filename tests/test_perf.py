@@ -256,7 +256,7 @@ def test_rst_rounds_grows_toward_its_target_and_reports_its_checks(tmp_path) -> 
 def test_generator_faults_plants_every_class_and_refuses_each_by_its_review(tmp_path) -> None:
     """Every class of author mistake over a real loopback server, on 2 training domains: each
     refused by a review that must, no clean paraphrase refused, the diversity of both sides."""
-    from interlock.testing.authors import FAULTS
+    from interlock.review.scripted_author import FAULTS
 
     out = tmp_path / "faults.json"
     printed = bench("generator_faults.py", "--domains", "2", "--json", str(out), cwd=tmp_path)

@@ -17,9 +17,9 @@ import yaml
 from interlock.core import schemas
 from interlock.core.errors import InterlockError
 from interlock.core.io import read_rows
+from interlock.review.scripted_author import FAULTS
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.stage import run_graphs
-from interlock.testing.authors import FAULTS
 from interlock.training.examples import table_schema
 
 from helpers.repo import BIN, command_timeout, stages_run, tree_digest

@@ -153,7 +153,7 @@ class OpenAIBackend:
             return list(pool.map(self.complete_one, requests))
 
     def complete_one(self, request: ChatRequest) -> Completion:
-        body = json.dumps(self._payload(request)).encode()
+        body = json.dumps(request_body(request, self.model)).encode()
         jitter = random.Random(stable_seed("openai-backoff", request.key, request.seed))
         problem, failed_on = "", None
         for attempt in range(self.max_retries + 1):
@@ -187,16 +187,6 @@ class OpenAIBackend:
                 time.sleep(wait)
         return _failed("server_error", f"{problem} (tried {self.max_retries + 1} times)")
 
-    def _payload(self, request: ChatRequest) -> dict:
-        body = {"model": self.model, "messages": [_wire(m) for m in request.messages],
-                "max_tokens": request.max_new_tokens, "temperature": request.temperature,
-                "seed": request.seed, "stream": False}
-        if request.tools:  # OpenAI's form: a server that validates requests (vLLM's) refuses bare specs
-            body["tools"] = openai_tools(request.tools)
-        if request.response_format is not None:
-            body["response_format"] = {"type": "json_schema", "json_schema": {
-                "name": SCHEMA_NAME, "schema": request.response_format, "strict": True}}
-        return body
 
     def _backoff(self, failures: int) -> float:
         return min(self.max_backoff_s, self.backoff_s * 2 ** min(failures, 32))
@@ -257,6 +247,19 @@ class OpenAIBackend:
                 when = when.replace(tzinfo=UTC)
             seconds = (when - datetime.now(UTC)).total_seconds()
         return min(self.max_backoff_s, max(0.0, seconds)) if math.isfinite(seconds) else None
+
+
+def request_body(request: ChatRequest, model: str) -> dict:
+    """A request as the JSON body of ``POST /chat/completions``."""
+    body = {"model": model, "messages": [_wire(m) for m in request.messages],
+            "max_tokens": request.max_new_tokens, "temperature": request.temperature,
+            "seed": request.seed, "stream": False}
+    if request.tools:  # OpenAI's form: a server that validates requests (vLLM's) refuses bare specs
+        body["tools"] = openai_tools(request.tools)
+    if request.response_format is not None:
+        body["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": SCHEMA_NAME, "schema": request.response_format, "strict": True}}
+    return body
 
 
 def _failed(reason: CompletionEnd, detail: str) -> Completion:

@@ -2,9 +2,10 @@
 
 As the mutation controls hold the compiled checks against wrong answers, these hold the reviews
 against wrong authors. For every class of mistake an LLM author makes
-(:data:`interlock.testing.authors.FAULTS`), one task of each training domain is written with it by
-the scripted author over a real loopback HTTP server, through the same author loop a model run
-uses, and reviewed statically as the ``review`` stage reviews; beside them, each domain's task
+(:data:`interlock.review.scripted_author.FAULTS`), one task of each training domain is written
+with it by the scripted author, through the same author loop a model run uses (in-process here,
+in the request bodies a server would get; over a loopback HTTP server in the tests and the
+benchmark), and reviewed statically as the ``review`` stage reviews; beside them, each domain's task
 written as a clean paraphrase. Per class: how many were refused, by which reviews, and the recall
 of the reviews that must refuse it; clean paraphrases refused should be none. The ``review`` stage
 writes the table to ``metrics/review.json`` (``author_faults``) on every run, the templates'
@@ -15,11 +16,14 @@ metrics; ``benchmarks/generator_faults.py`` runs it over the whole catalog.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
+from interlock.core.backend import ChatBackend
 from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
-from interlock.models.openai_backend import OpenAIBackend
+from interlock.review.scripted_author import FAULTS, ScriptedAuthor, ScriptedAuthorBackend
 from interlock.review.static import review_pack
 from interlock.synthesis.authors.agents import AuthorSettings
 from interlock.synthesis.authors.compile import Unwritten, author_packs
@@ -27,8 +31,6 @@ from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.catalog import Catalog, Domain
 from interlock.synthesis.graph import CompletionGraph, build_graph
 from interlock.synthesis.packs import TaskPack
-from interlock.testing.authors import FAULTS, ScriptedAuthor
-from interlock.testing.loopback_server import LoopbackServer
 
 #: the verdict's flags, one per static review
 REVIEWS = ("coverage", "critic", "leaks", "controls", "mutations")
@@ -56,14 +58,19 @@ def fault_graphs(domains: list[Domain], size: TaskSize, seed: int) -> dict[tuple
             for index, name in enumerate(CLASSES) for d in domains}
 
 
-def write_with_faults(graphs: dict[tuple[str, str], CompletionGraph], catalog: Catalog) -> FaultRun:
-    """Have the scripted author write every graph, making its class's mistake, over HTTP."""
+def in_process(author: ScriptedAuthor) -> AbstractContextManager[ChatBackend]:
+    return nullcontext(ScriptedAuthorBackend(author))
+
+
+def write_with_faults(graphs: dict[tuple[str, str], CompletionGraph], catalog: Catalog,
+                      serve: Callable[[ScriptedAuthor], AbstractContextManager[ChatBackend]] = in_process
+                      ) -> FaultRun:
+    """Have the scripted author write every graph, making its class's mistake, through the
+    backend ``serve`` puts it behind (in-process by default)."""
     faults = {g.task_id: name for (name, _), g in graphs.items() if name != "clean"}
     outcomes = {g.task_id: {n.attrs["case_id"]: n.attrs["outcome"] for n in g.of_kind("decision")}
                 for g in graphs.values()}
-    with LoopbackServer(ScriptedAuthor(faults, outcomes), endpoints=1, max_seconds=3600) as server:
-        backend = OpenAIBackend(server.urls, "scripted-author", max_in_flight=16, max_retries=0,
-                                timeout_s=120)
+    with serve(ScriptedAuthor(faults, outcomes)) as backend:
         made, calls = author_packs(list(graphs.values()), catalog, backend, AuthorSettings())
     return FaultRun(graphs, dict(zip(graphs, made, strict=True)), len(calls))
 

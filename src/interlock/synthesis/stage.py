@@ -1,7 +1,7 @@
 """The synthesis stages ``domains``, ``blueprints`` and ``graphs``, and the template compiler's
 side of ``packs`` (:func:`run_packs`): each streams its inputs by row group and writes its outputs
 atomically; the scripts under ``stages/`` call the stage functions at the end of this module. The
-``packs`` stage itself is :mod:`interlock.synthesis.packs_stage`, apart because it may ask model
+``packs`` stage itself is :mod:`interlock.synthesis.authors.stage`, apart because it may ask model
 authors, and so imports the model backends, which the first three stages must not depend on.
 """
 

@@ -1,8 +1,8 @@
 """The ``packs`` stage: compile every graph into its task pack, by the templates
 (:func:`interlock.synthesis.stage.run_packs`) or by the model authors (``generator=llm``,
-:mod:`interlock.synthesis.authors`). A module of its own because the authors import the model
-backends: kept out of :mod:`interlock.synthesis.stage`, the stages before it do not depend on
-``src/interlock/models`` and do not re-run when a backend changes.
+:mod:`interlock.synthesis.authors`). Here beside the authors, not in
+:mod:`interlock.synthesis.stage`, because they import the model backends: the stages before it
+do not depend on ``src/interlock/models`` and do not re-run when a backend changes.
 """
 
 from __future__ import annotations
