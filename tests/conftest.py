@@ -52,6 +52,18 @@ def contexts(tasks) -> list[TaskContext]:
 
 
 @pytest.fixture(scope="session")
+def adversary_rollouts(contexts, tmp_path_factory) -> dict:
+    """policy -> its rollouts on the fixture tasks (the oracle and every adversary of the abuse
+    suite: each attack on the oracle's work, and the controls that do none), in task order."""
+    from interlock.rollout.runs import scripted_rollouts
+    from interlock.rollout.scripted import ADVERSARIES
+
+    made = scripted_rollouts(contexts, ["oracle", *ADVERSARIES], seed=0,
+                             workdir=tmp_path_factory.mktemp("abuse"))
+    return {policy: [t for t in made if t.policy == policy] for policy in ("oracle", *ADVERSARIES)}
+
+
+@pytest.fixture(scope="session")
 def agent_judge() -> Iterator[AgentJudge]:
     """One agent judge (two sandbox workers) for the whole session: its workers start once."""
     with AgentJudge(workers=2) as judge:

@@ -23,7 +23,6 @@ from interlock.judging.text import TextJudge
 from interlock.judging.verdicts import QUOTE, Judgement, accepted, render_transcript
 from interlock.rollout.runs import scripted_rollouts
 from interlock.rollout.scripted import (
-    ADVERSARIES,
     ATTACKS,
     CONTROLS,
     READ_TOOLS,
@@ -69,11 +68,9 @@ HEADER = re.compile(r"^(ASSISTANT|USER|TOOL \([A-Za-z_?][A-Za-z0-9_]*\)):$")
 
 
 @pytest.fixture(scope="module")
-def rollouts(contexts, tmp_path_factory) -> dict[str, list[Trajectory]]:
+def rollouts(adversary_rollouts) -> dict[str, list[Trajectory]]:
     """policy -> its rollouts (the oracle and every adversary), in task order."""
-    made = scripted_rollouts(contexts, ["oracle", *ADVERSARIES], seed=0,
-                             workdir=tmp_path_factory.mktemp("abuse"))
-    return {policy: [t for t in made if t.policy == policy] for policy in ("oracle", *ADVERSARIES)}
+    return adversary_rollouts
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from interlock.core.backend import ChatRequest, Completion
 from interlock.core.chat import render_call
 from interlock.judging.agent import AgentJudge
 from interlock.judging.text import TextJudge
+from interlock.rl.reward import REWARD_KINDS, episode_reward
 from interlock.rollout.engine import RolloutLimits, run_episodes
 from interlock.rollout.runs import plan_episodes
 from interlock.rollout.trajectory import Trajectory
@@ -156,5 +157,10 @@ def test_hostile_content_never_crashes_a_stage_and_never_leaves_its_workspace(
         assert [v["criterion_id"] for v in judgement.verdicts] == [c.criterion_id for c in pack.rubric]
     guard = next(c.criterion_id for c in pack.rubric if c.guard)
     assert all(not j.passed[guard] for j in by_agent if j.collateral)  # one definition of collateral
+    # as RL episodes: hostile work earns no acceptance, and never a reward outside [0, 1]
+    for trajectory, judgement in zip(trajectories, by_agent, strict=True):
+        assert episode_reward(trajectory, judgement, pack.rubric, "pass") == 0.0
+        rewards = [episode_reward(trajectory, judgement, pack.rubric, kind) for kind in REWARD_KINDS]
+        assert all(0.0 <= reward <= 1.0 for reward in rewards), rewards
     assert _outside(root) == before and not Path("/tmp/interlock-escape.txt").exists()
     assert not (root.parent / "escape.txt").exists() and not (root / "escape.txt").exists()

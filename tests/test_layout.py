@@ -14,7 +14,7 @@ from helpers.repo import REPO
 #: top to bottom; a package may import only packages of lower layers (those of one layer are
 #: independent of each other); ``testing`` (test doubles shipped for users) is above all, so no
 #: library module imports it
-LAYERS = (("testing",), ("analysis",), ("export",), ("intervention",),
+LAYERS = (("testing",), ("analysis",), ("export",), ("intervention", "rl"),
           ("evaluation", "recursive", "training"), ("review",), ("judging",), ("rollout",), ("models",),
           ("synthesis",), ("core",))
 STAGES = sorted(p.stem for p in (REPO / "stages").glob("*.py"))

@@ -1,0 +1,1 @@
+"""Reinforcement learning on verified tasks: the agent judge as the reward."""
