@@ -271,6 +271,10 @@ def test_the_author_fault_controls_count_each_class_and_show_what_a_blinded_revi
             verdict["leaks_ok"] = True
         return tables
 
+    none = author_fault_controls([], catalog, size=SMALL, seed=3)  # a run without training domains
+    assert none["calls"] == 0 and list(none["classes"]) == list(classes)
+    assert all((row["tasks"], row["recall"]) == (0, None) for row in none["classes"].values())
+
     monkeypatch.setattr(author_faults, "review_pack", blinded)
     blind = author_fault_controls(domains, catalog, size=SMALL, seed=3)["classes"]
     assert blind["outcome_leaked"]["recall"] == blind["addressed"]["recall"] == 0.0

@@ -86,15 +86,15 @@ def reviewed(graph: CompletionGraph, made: TaskPack | Unwritten,
 
 
 def fault_table(run: FaultRun, catalog: Catalog) -> dict[str, dict]:
-    """Per class: the reviews that must refuse it, tasks, how many refused, how many by those
-    reviews and that recall, every review that refused one (a task may be refused by several), and
-    the first reason given."""
-    rows: dict[str, dict] = {}
+    """Per class (every one, in :data:`CLASSES` order): the reviews that must refuse it, tasks,
+    how many refused, how many by those reviews and that recall (None without tasks, and for the
+    clean paraphrases), every review that refused one (a task may be refused by several), and the
+    first reason given."""
+    rows = {name: {"reviews": list(FAULTS[name][0]) if name in FAULTS else [], "tasks": 0, "refused": 0,
+                   "by_review": 0, "refused_by": Counter(), "example": ""} for name in CLASSES}
     for (name, domain_id), graph in run.graphs.items():
         catchers, reasons = reviewed(graph, run.made[(name, domain_id)], catalog[domain_id])
-        row = rows.setdefault(name, {"reviews": list(FAULTS[name][0]) if name in FAULTS else [],
-                                     "tasks": 0, "refused": 0, "by_review": 0, "refused_by": Counter(),
-                                     "example": ""})
+        row = rows[name]
         row["tasks"] += 1
         if catchers:
             row["refused"] += 1
@@ -103,8 +103,9 @@ def fault_table(run: FaultRun, catalog: Catalog) -> dict[str, dict]:
             row["example"] = row["example"] or reasons[0][:EXAMPLE_CHARS]
     for name, row in rows.items():
         row["refused_by"] = dict(sorted(row["refused_by"].items()))
-        row["recall"] = round(row["by_review"] / row["tasks"], 4) if name != "clean" else None
-    return {name: rows[name] for name in CLASSES if name in rows}
+        counted = name != "clean" and row["tasks"]
+        row["recall"] = round(row["by_review"] / row["tasks"], 4) if counted else None
+    return rows
 
 
 def author_fault_controls(domains: list[Domain], catalog: Catalog, *, size: TaskSize, seed: int) -> dict:
