@@ -22,7 +22,7 @@ from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
 from interlock.models.openai_backend import OpenAIBackend
 from interlock.review import author_faults
-from interlock.review.author_faults import REVIEWS, author_fault_controls, reviewed
+from interlock.review.author_faults import REVIEWS, author_fault_controls, case_outcomes, reviewed
 from interlock.review.model_critic import OUTCOMES, agreement, model_critic_rows
 from interlock.review.scripted_author import FAULTS, RECOVERS, ScriptedAuthor
 from interlock.review.static import review_pack
@@ -72,13 +72,8 @@ def _graphs(catalog, domains, size=SMALL, index=0):
             for d in domains]
 
 
-def _outcomes(graphs) -> dict[str, dict[str, str]]:
-    return {g.task_id: {n.attrs["case_id"]: n.attrs["outcome"] for n in g.of_kind("decision")}
-            for g in graphs}
-
-
 def _authored(catalog, graphs, faults: dict[str, str]):
-    with served(ScriptedAuthor(faults, _outcomes(graphs)), max_in_flight=8, timeout_s=60) as backend:
+    with served(ScriptedAuthor(faults, case_outcomes(graphs)), max_in_flight=8, timeout_s=60) as backend:
         return author_packs(graphs, catalog, backend, SETTINGS)
 
 

@@ -16,7 +16,7 @@ metrics; ``benchmarks/generator_faults.py`` runs it over the whole catalog.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
@@ -58,6 +58,12 @@ def fault_graphs(domains: list[Domain], size: TaskSize, seed: int) -> dict[tuple
             for index, name in enumerate(CLASSES) for d in domains}
 
 
+def case_outcomes(graphs: Iterable[CompletionGraph]) -> dict[str, dict[str, str]]:
+    """Each task's cases' outcomes, what the scripted author leaks when told to."""
+    return {g.task_id: {n.attrs["case_id"]: n.attrs["outcome"] for n in g.of_kind("decision")}
+            for g in graphs}
+
+
 def in_process(author: ScriptedAuthor) -> AbstractContextManager[ChatBackend]:
     return nullcontext(ScriptedAuthorBackend(author))
 
@@ -68,9 +74,7 @@ def write_with_faults(graphs: dict[tuple[str, str], CompletionGraph], catalog: C
     """Have the scripted author write every graph, making its class's mistake, through the
     backend ``serve`` puts it behind (in-process by default)."""
     faults = {g.task_id: name for (name, _), g in graphs.items() if name != "clean"}
-    outcomes = {g.task_id: {n.attrs["case_id"]: n.attrs["outcome"] for n in g.of_kind("decision")}
-                for g in graphs.values()}
-    with serve(ScriptedAuthor(faults, outcomes)) as backend:
+    with serve(ScriptedAuthor(faults, case_outcomes(graphs.values()))) as backend:
         made, calls = author_packs(list(graphs.values()), catalog, backend, AuthorSettings())
     return FaultRun(graphs, dict(zip(graphs, made, strict=True)), len(calls))
 
