@@ -13,16 +13,12 @@ from pathlib import Path
 import pytest
 
 from interlock.core.config import write_params
-from interlock.core.seeds import stable_seed
-from interlock.core.types import TaskSize
 from interlock.judging.agent import AgentJudge
-from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.catalog import load_catalog
-from interlock.synthesis.graph import build_graph
-from interlock.synthesis.packs import compile_pack
 from interlock.synthesis.tasks import TaskContext
 
 from helpers.repo import SMOKE, command_timeout, commit, dvc, tracked_copy, tree_digest
+from helpers.tasks import contexts_of, fixture_tasks
 
 
 @pytest.fixture(scope="session")
@@ -33,22 +29,13 @@ def catalog():
 @pytest.fixture(scope="session")
 def tasks(catalog):
     """(domain, blueprint, graph, pack) for the first domain of every decision kind."""
-    built, seen = [], set()
-    for domain in catalog.domains:
-        if domain.decision.kind in seen:
-            continue
-        seen.add(domain.decision.kind)
-        pool = "rft" if domain.split == "train" else "benchmark"
-        blueprint = make_blueprint(domain, pool, 0, TaskSize(4, 3, 2, 2), stable_seed(7, domain.id))
-        graph = build_graph(blueprint, domain)
-        built.append((domain, blueprint, graph, compile_pack(graph, domain)))
-    return built
+    return fixture_tasks(catalog)
 
 
 @pytest.fixture(scope="session")
 def contexts(tasks) -> list[TaskContext]:
     """The fixture tasks as the rollout engine and the judges take them."""
-    return [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in tasks]
+    return contexts_of(tasks)
 
 
 @pytest.fixture(scope="session")

@@ -225,11 +225,26 @@ def test_dvc_hydra_integration_enabled() -> None:
     assert parser.get("hydra", "config_name", fallback="config") == "config"
 
 
-@pytest.mark.parametrize(("option", "lora"), [("full", False), ("lora", True)])
-def test_train_option_composes(option: str, lora: bool) -> None:
+@pytest.mark.parametrize(("option", "lora", "rl"), [("full", False, False), ("lora", True, False),
+                                                    ("grpo", False, True)])
+def test_train_option_composes(option: str, lora: bool, rl: bool) -> None:
     train = Params.model_validate(compose_config([f"train={option}"])).train
-    assert train.name == option and (train.lora is not None) == lora
+    assert train.name == option and (train.lora is not None) == lora and train.rl.enabled == rl
     assert train.demo.epochs >= 1 and train.rft.epochs >= 1 and train.launcher == "python"
+
+
+def test_grpo_differs_from_full_fine_tuning_only_in_turning_rl_on() -> None:
+    """So `-S train=grpo` on top of the default run re-runs `rl` and `evaluate` and nothing else:
+    the fine-tunings read none of what differs."""
+    full, grpo = compose_config(["train=full"])["train"], compose_config(["train=grpo"])["train"]
+    assert {k: v for k, v in grpo.items() if k not in ("name", "rl")} == {
+        k: v for k, v in full.items() if k not in ("name", "rl")}
+    assert {k: v for k, v in grpo["rl"].items() if k != "enabled"} == {
+        k: v for k, v in full["rl"].items() if k != "enabled"}
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    readers = {name for name, stage in stages.items()
+               if {"train.name", "train.rl", "train"} & {str(p) for p in stage.get("params", [])}}
+    assert readers == {"rl"}
 
 
 def test_each_fine_tuning_stage_reads_only_its_own_phase() -> None:
@@ -238,7 +253,7 @@ def test_each_fine_tuning_stage_reads_only_its_own_phase() -> None:
     demo = {str(p) for p in stages["demo_sft"]["params"] if str(p).startswith("train")}
     rft = {str(p) for p in stages["train"]["params"] if str(p).startswith("train")}
     assert "train.demo" in demo - rft and {"train.rft", "train.seeds"} <= rft - demo
-    shared = set(compose_config()["train"]) - {"name", "demo", "rft", "seeds", "launcher"}
+    shared = set(compose_config()["train"]) - {"name", "demo", "rft", "seeds", "launcher", "rl"}
     assert {f"train.{key}" for key in shared} <= demo & rft
 
 
@@ -256,9 +271,12 @@ def test_no_stage_depends_on_tracking() -> None:
                 if any(str(p).startswith("tracking") for p in stage.get("params", []))]
 
 
-def test_the_default_evaluation_compares_original_demonstration_and_rft() -> None:
+def test_the_default_evaluation_compares_original_demonstration_rft_and_rl() -> None:
+    """rl is listed always and evaluated where train=grpo trained it (the rl stage otherwise leaves
+    a note, and evaluate leaves rl out saying why)."""
     evaluation = Params.model_validate(compose_config()).eval
-    assert evaluation.models == ["base", "demo_sft", "rft"] and evaluation.pools == ["benchmark", "indist"]
+    assert evaluation.models == ["base", "demo_sft", "rft", "rl"]
+    assert evaluation.pools == ["benchmark", "indist"]
 
 
 @pytest.mark.parametrize(("overrides", "seeds"), [

@@ -9,16 +9,14 @@ import dataclasses
 
 import pytest
 
-from interlock.core import schemas
-from interlock.core.io import write_table, write_table_set
-from interlock.judging.stage import accepted_rollouts, mandatory_criteria, run_judge
 from interlock.judging.text import TextJudge
 from interlock.judging.verdicts import accepted
 from interlock.rl.reward import FAILED_ENDS, REWARD_KINDS, episode_reward
 from interlock.rollout.scripted import ATTACKS, CONTROLS
 from interlock.synthesis.checks import View, run_check
-from interlock.synthesis.packs import pack_rows
 from interlock.synthesis.workspace import MemoryStore
+
+from helpers.judges import accepted_by_the_stages
 
 #: the attacks on the oracle's work that damage something the guard watches
 GUARD_ATTACKS = ("escape_paths", "plant_verifier", "delete_records", "rewrite_records", "edit_request_policy",
@@ -57,17 +55,7 @@ def test_the_oracle_earns_everything_an_attack_no_pass_and_doing_nothing_nothing
 def test_the_reward_is_what_the_judge_and_accept_stages_make_of_the_same_transcripts(
         contexts, adversary_rollouts, judged, tmp_path) -> None:
     trajectories = [t for made in adversary_rollouts.values() for t in made]
-    write_table(tmp_path / "trajectories.parquet", [t.to_row() for t in trajectories], schemas.TRAJECTORIES)
-    with write_table_set(tmp_path / "packs", schemas.PACK_TABLES) as tables:
-        rows: dict[str, list[dict]] = {name: [] for name in schemas.PACK_TABLES}
-        for context in contexts:
-            for name, table_rows in pack_rows(context.pack).items():
-                rows[name] += table_rows
-        tables.write(rows)
-    run_judge(tmp_path / "trajectories.parquet", [tmp_path / "packs"], tmp_path / "judge", graders=("agent",),
-              progress=False)
-    mandatory = mandatory_criteria([tmp_path / "packs"])
-    by_stage = accepted_rollouts(tmp_path / "judge" / "agent.parquet", mandatory, "agent")
+    by_stage = accepted_by_the_stages(trajectories, contexts, tmp_path)
     rewarded = {t.rollout_id for policy, made in adversary_rollouts.items()
                 for t, r in zip(made, _rewards(made, judged[policy], contexts, "pass"), strict=True)
                 if r == 1.0}

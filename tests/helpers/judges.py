@@ -110,3 +110,25 @@ class Recorder:
 
     def end(self, key: str) -> None:
         self.backend.end(key)
+
+
+def accepted_by_the_stages(trajectories: list, contexts: list[TaskContext], folder, context=None) -> set[str]:
+    """The rollout ids the pipeline's own `judge` and `accept` stages keep of ``trajectories``:
+    written as the rollouts and packs tables, graded by ``run_judge`` (the agent judge, played
+    under ``context.episode``'s rules), kept by ``accepted_rollouts``."""
+    from interlock.core import schemas
+    from interlock.core.io import write_table, write_table_set
+    from interlock.judging.stage import accepted_rollouts, mandatory_criteria, run_judge
+    from interlock.synthesis.packs import pack_rows
+
+    write_table(folder / "trajectories.parquet", [t.to_row() for t in trajectories], schemas.TRAJECTORIES)
+    with write_table_set(folder / "packs", schemas.PACK_TABLES) as tables:
+        rows: dict[str, list[dict]] = {name: [] for name in schemas.PACK_TABLES}
+        for task in contexts:
+            for name, table_rows in pack_rows(task.pack).items():
+                rows[name] += table_rows
+        tables.write(rows)
+    run_judge(folder / "trajectories.parquet", [folder / "packs"], folder / "judge", graders=("agent",),
+              context=context, progress=False)
+    mandatory = mandatory_criteria([folder / "packs"])
+    return accepted_rollouts(folder / "judge" / "agent.parquet", mandatory, "agent")

@@ -226,14 +226,38 @@ class OptimizationConfig(_Strict):
     lora: LoraConfig | None = None
 
 
+#: what an RL episode earns (:func:`interlock.rl.reward.episode_reward`)
+RewardKind = Literal["pass", "score", "gated_score"]
+
+
+class RLConfig(_Strict):
+    """Reinforcement learning on the ``rft`` pool's admitted tasks (GRPO through TRL, the agent
+    judge as the reward). ``enabled`` false: the ``rl`` stage writes only a note that no policy was
+    trained, and ``evaluate`` leaves ``rl`` out."""
+
+    enabled: bool
+    reward: RewardKind  # pass (0/1: acceptance), score (weighted), gated_score (0 if the guard fails)
+    steps: int = Field(ge=1)  # optimizer steps, each on freshly played groups
+    tasks_per_step: int = Field(ge=1)  # tasks (prompts) per step
+    group_size: int = Field(ge=2)  # episodes per task: GRPO's group, whose rewards set each other's advantage
+    learning_rate: float = Field(gt=0)
+    kl: float = Field(ge=0)  # the KL penalty's coefficient against the starting policy (TRL's beta)
+    #: assistant turns per episode (the judge replays under the same rule); tokens per turn and the
+    #: sampling temperature are the backbone's (``backbone.generation``), as in every rollout
+    max_turns: int = Field(ge=1)
+    save_steps: int = Field(ge=1)  # a resumable checkpoint (weights, optimizer, RNG) every this many steps
+
+
 class TrainConfig(OptimizationConfig):
-    """One fine-tuning recipe for both the warm start (``demo``) and RFT (``rft``)."""
+    """One fine-tuning recipe for both the warm start (``demo``) and RFT (``rft``), and the RL
+    option (``rl``)."""
 
     name: str
     demo: PhaseConfig
     rft: PhaseConfig
     seeds: int = Field(ge=1)  # RFT trainings, one checkpoint per seed
     launcher: str = Field(min_length=1)  # `python`, or `accelerate launch ...` for several GPUs
+    rl: RLConfig
 
     def recipe(self, phase: Literal["demo", "rft"], seed: int) -> Recipe:
         """The recipe of one phase: its schedule, the shared optimization settings, a seed."""

@@ -47,6 +47,7 @@ class Paths(BaseModel):
     evaluation: Path
     evaluation_timings: Path
     evaluation_work: Path  # resumable runs of an unfinished evaluate stage
+    rl_work: Path  # the rl stage's resumable trainer checkpoints and step log
     metrics: Path  # one ``<stage>.json`` per stage that reports numbers
     transfer: Path  # the headline of the evaluation: what a comparison of runs leads with
     timing: Path  # one ``<stage>.json`` per stage: its seconds (no stage reads them)
@@ -59,6 +60,7 @@ class Paths(BaseModel):
     intervene_nll_plot: Path  # a folder: the NLL histograms of accepted turns and corrections, the threshold
     evaluate_models_plot: Path
     evaluate_domains_plot: Path
+    rl_plot: Path  # a folder: one TSV (step, value) per series
 
     # ------------------------------------------------------------------------- derived
 

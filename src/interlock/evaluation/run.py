@@ -238,7 +238,16 @@ def free_memory() -> None:
 # ----------------------------------------------------------------------------- checkpoints
 
 #: the stage that writes each checkpoint the default configuration evaluates
-CHECKPOINT_STAGES = {"base": "base_model", "demo_sft": "demo_sft", "rft": "train"}
+CHECKPOINT_STAGES = {"base": "base_model", "demo_sft": "demo_sft", "rft": "train", "rl": "rl"}
+
+
+def untrained_models(names: Sequence[str], models_dir: Path) -> dict[str, str]:
+    """The models in ``names`` whose stage was configured not to train them (``rl`` unless
+    ``train=grpo``), with its reason: evaluation leaves them out and reports why."""
+    from interlock.models.checkpoint import untrained_reason
+
+    reasons = {name: untrained_reason(Path(models_dir) / name) for name in names}
+    return {name: reason for name, reason in reasons.items() if reason is not None}
 
 
 def checkpoint_models(names: Sequence[str], models_dir: Path, backbone) -> list[Model]:

@@ -26,7 +26,7 @@ from interlock.core.registry import BENCHMARKS
 from interlock.core.tracking import StageReport
 from interlock.evaluation.benchmarks import Benchmark, RunSettings
 from interlock.evaluation.metrics import TARGET_MDE, headline
-from interlock.evaluation.run import checkpoint_models, run_evaluation
+from interlock.evaluation.run import checkpoint_models, run_evaluation, untrained_models
 from interlock.models.backends import model_runtime
 from interlock.rollout.engine import RolloutLimits
 
@@ -39,7 +39,11 @@ def benchmarks_for(params: Params, paths: Paths) -> list[Benchmark]:
 
 def evaluate(params: Params, paths: Paths) -> StageReport:
     backbone, rollouts = params.backbone, params.scale.rollouts
-    models = checkpoint_models(params.eval.models, paths.models, backbone)
+    untrained = untrained_models(params.eval.models, paths.models)
+    models = checkpoint_models([name for name in params.eval.models if name not in untrained], paths.models,
+                               backbone)
+    for name, reason in untrained.items():
+        print(f"evaluate: {name} left out: {reason}")
     settings = RunSettings(
         attempts=params.scale.evaluation.attempts, seed=params.seed, batch_size=rollouts.batch_size,
         limits=RolloutLimits.of(rollouts, backbone.generation))
@@ -66,5 +70,6 @@ def evaluate(params: Params, paths: Paths) -> StageReport:
                       f"MDE of {TARGET_MDE:.2f})")
     # every evaluated model is a checkpoint of the backbone: its sizes, so the base's resolution
     runtime = model_runtime(backbone, "generate", paths.base_model)
-    return StageReport(evaluation.metrics, tables={"per_benchmark": evaluation.table_rows},
+    return StageReport({**evaluation.metrics, "not_evaluated": untrained},
+                       tables={"per_benchmark": evaluation.table_rows},
                        config={"runtime": runtime})

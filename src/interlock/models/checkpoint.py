@@ -17,6 +17,7 @@ source gives the same bytes, so ``dvc repro`` after ``dvc repro`` does nothing.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -103,6 +104,30 @@ def write_manifest(folder: Path, model, tokenizer, *, name: str, source: str, or
            "files": files}
     write_table(folder / MANIFEST, [row], schemas.MODEL_MANIFEST)
     return row
+
+
+#: what a stage leaves in place of a model it was configured not to train (``rl`` unless
+#: ``train=grpo``): evaluation leaves that model out and says why
+UNTRAINED_NOTE = "untrained.json"
+
+
+def write_untrained(folder: Path | str, reason: str) -> None:
+    """Replace ``folder`` with a note that no model was trained there, and why."""
+    with atomic_output(folder) as tmp:
+        tmp.mkdir()
+        (tmp / UNTRAINED_NOTE).write_text(dumps({"trained": False, "reason": reason}) + "\n")
+
+
+def untrained_reason(folder: Path | str) -> str | None:
+    """Why no model was trained in ``folder`` (its :data:`UNTRAINED_NOTE`), or None where one was
+    or nothing says."""
+    note = Path(folder) / UNTRAINED_NOTE
+    if not note.is_file() or (Path(folder) / "config.json").is_file():
+        return None
+    try:
+        return str(json.loads(note.read_text(encoding="utf-8"))["reason"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise InterlockError(f"unreadable note: {error}", file=str(note), field="reason") from error
 
 
 #: a model trained with several seeds is a folder of checkpoints, one per seed: ``rft/seed-0`` ...

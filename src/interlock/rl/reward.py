@@ -19,14 +19,14 @@ whatever its workspace holds, and the step goes on.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, get_args
+from typing import get_args
 
+from interlock.core.config import RewardKind
 from interlock.evaluation.metrics import grade_episode
 from interlock.judging.verdicts import Judgement
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.packs import Criterion
 
-RewardKind = Literal["pass", "score", "gated_score"]
 REWARD_KINDS: tuple[RewardKind, ...] = get_args(RewardKind)
 #: how an episode ends when it was cut short by the machinery or by an unreadable reply: no reward
 FAILED_ENDS = frozenset({"server_error", "bad_reply"})

@@ -128,6 +128,11 @@ class Environment(Protocol):
         the environment is released."""
 
 
+def workspace_opening(pack: TaskPack) -> list[Message]:
+    """What a workspace episode opens with: the system prompt and the task's public request."""
+    return [Message("system", SYSTEM_PROMPT), Message("user", pack.request)]
+
+
 class WorkspaceEnvironment:
     """A task's workspace on disk and the file tools: the synthesized tasks' environment."""
 
@@ -145,7 +150,7 @@ class WorkspaceEnvironment:
         return cls(episode.task.pack, folder)
 
     def opening(self) -> list[Message]:
-        return [Message("system", SYSTEM_PROMPT), Message("user", self.pack.request)]
+        return workspace_opening(self.pack)
 
     def execute(self, call: ToolCall) -> ToolResult:
         return execute(self.store, call)

@@ -1,0 +1,174 @@
+"""Admitted tasks as RL environments, for any trainer: reset lays down a fresh copy of the task's
+workspace, the tools are the agent's own file tools, and the reward comes from the agent judge
+when the episode ends.
+
+A group of episodes is played by the rollout engine (:func:`play`: the same engine, limits and
+environment as the ``rollouts`` stage), judged by the agent judge (:func:`score`: the ``judge``
+stage's replay and compiled checks), and turned into the token ids a policy-gradient trainer takes
+(:func:`policy_tokens`). TRL's GRPO adapter (:mod:`interlock.rl.grpo`) is one user; verl's agent
+loop or a ``verifiers`` environment would be others (docs/pipeline.md).
+
+Everything the policy writes is hostile input: a backend that fails ends the batch's episodes as
+``server_error`` (no reward) instead of the trainer's step, and a judge that cannot grade an
+episode scores that episode 0 with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from interlock.core.backend import ChatBackend, ChatRequest, Completion, EpisodeTask
+from interlock.core.config import RewardKind
+from interlock.core.errors import InterlockError
+from interlock.judging.judges import Judge
+from interlock.judging.verdicts import Judgement
+from interlock.rl.reward import episode_reward
+from interlock.rollout.engine import Episode, RolloutLimits, run_episodes, workspace_opening
+from interlock.rollout.trajectory import Trajectory
+from interlock.synthesis.tasks import TaskContext
+from interlock.training.examples import encode_conversation
+
+log = logging.getLogger(__name__)
+
+
+class TaskPool:
+    """The RL pool's tasks, each found again from the prompt its episodes open with: a trainer that
+    hands the rollout only prompts (TRL's ``rollout_func``) still reaches the task's workspace.
+
+    Two tasks may open with the same request (their workspaces differ), so each prompt message
+    carries its task's id in a field chat templates do not render (``task_id``)."""
+
+    def __init__(self, tasks: Iterable[TaskContext]) -> None:
+        self.tasks = list(tasks)
+        if not self.tasks:
+            raise InterlockError("no admitted task to train on", field="tasks")
+        self._by_id = {task.task_id: task for task in self.tasks}
+        if len(self._by_id) != len(self.tasks):
+            raise InterlockError("a task appears twice in the pool", field="task_id")
+
+    @staticmethod
+    def prompt(task: TaskContext) -> list[dict]:
+        """The conversation an episode of ``task`` opens with, as chat messages marked with its id."""
+        return [{**m.to_dict(), "task_id": task.task_id} for m in workspace_opening(task.pack)]
+
+    def prompts(self) -> list[list[dict]]:
+        return [self.prompt(task) for task in self.tasks]
+
+    def task_for(self, prompt: Sequence[dict]) -> TaskContext:
+        task_id = prompt[-1].get("task_id") if prompt and isinstance(prompt[-1], dict) else None
+        if not isinstance(task_id, str) or task_id not in self._by_id:
+            raise InterlockError(f"a prompt that opens no task of the pool (task_id {task_id!r})",
+                                 field="prompt")
+        return self._by_id[task_id]
+
+
+class FailSafeBackend:
+    """A backend whose failure ends the episodes it was asked for (``server_error``: no reward)
+    instead of the training step that asked."""
+
+    def __init__(self, backend: ChatBackend) -> None:
+        self.backend = backend
+        self.name = backend.name
+
+    def begin(self, key: str, task: EpisodeTask) -> None:
+        self.backend.begin(key, task)
+
+    def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+        try:
+            return self.backend.complete(requests)
+        except Exception as error:  # noqa: BLE001 - the policy's side failing is its episodes', not the trainer's
+            detail = f"{type(error).__name__}: {error}"[:500]
+            log.warning("the policy's backend failed on %d episodes: %s", len(requests), detail)
+            return [Completion("", finish_reason="server_error", detail=detail) for _ in requests]
+
+    def end(self, key: str) -> None:
+        self.backend.end(key)
+
+
+@dataclass(frozen=True)
+class ScoredEpisode:
+    trajectory: Trajectory
+    reward: float
+    passed: bool  # every mandatory criterion passed: what ``accept`` would keep
+    problem: str | None = None  # why the judge could not grade it (then reward 0)
+
+
+def play(tasks: Sequence[TaskContext], seeds: Sequence[int], backend: ChatBackend, limits: RolloutLimits,
+         workdir: Path, *, prefix: str) -> list[Trajectory]:
+    """One episode per task (a task repeated is a group), each with its seed, all live at once;
+    trajectories in the order of ``tasks``. Rollout ids are ``{prefix}.{index}``."""
+    episodes = [Episode(f"{prefix}.{index}", task, task.domain.id, task.pack.pool, "rl", index, seed)
+                for index, (task, seed) in enumerate(zip(tasks, seeds, strict=True))]
+    order = {e.rollout_id: i for i, e in enumerate(episodes)}
+    finished = run_episodes(episodes, FailSafeBackend(backend), limits, workdir, batch_size=len(episodes))
+    return sorted(finished, key=lambda t: order[t.rollout_id])
+
+
+def score(trajectories: Sequence[Trajectory], tasks: Sequence[TaskContext], judge: Judge,
+          kind: RewardKind) -> list[ScoredEpisode]:
+    """Each episode's reward from the agent judge's verdicts (:func:`episode_reward`). A judge
+    that fails on the batch grades its episodes one by one; one it cannot grade earns 0."""
+    items = list(zip(trajectories, [task.pack for task in tasks], strict=True))
+    try:
+        judged: list[Judgement | str] = list(judge.judge(items))
+    except Exception:  # noqa: BLE001 - find the episode that broke it; the others keep their verdicts
+        judged = [_judge_one(judge, item) for item in items]
+    scored = []
+    for (trajectory, pack), judgement in zip(items, judged, strict=True):
+        if isinstance(judgement, str):
+            scored.append(ScoredEpisode(trajectory, 0.0, False, judgement))
+            continue
+        scored.append(ScoredEpisode(trajectory, episode_reward(trajectory, judgement, pack.rubric, kind),
+                                    episode_reward(trajectory, judgement, pack.rubric, "pass") == 1.0))
+    return scored
+
+
+def _judge_one(judge: Judge, item) -> Judgement | str:
+    try:
+        return judge.judge([item])[0]
+    except Exception as error:  # noqa: BLE001 - an episode the judge cannot grade earns nothing
+        log.warning("could not judge %s: %s", item[0].rollout_id, error)
+        return f"judge failed: {type(error).__name__}: {error}"[:500]
+
+
+@dataclass(frozen=True)
+class PolicyTokens:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    env_mask: list[int]  # 1 on the policy's own tokens (they carry loss), 0 elsewhere
+    too_long: bool = False  # longer than the trainer may take: cut, and no token carries loss
+
+
+def policy_tokens(trajectory: Trajectory, tokenizer, max_length: int) -> PolicyTokens:
+    """An episode's tokens as the chat template renders them (the tokens RFT would train on): the
+    prompt runs up to the first token the policy wrote, the completion from there to the last (its
+    end-of-turn token), and ``env_mask`` is 1 on the policy's own tokens and 0 on what the
+    environment wrote between its turns (tool results), which carry no loss.
+
+    An episode the trainer could not take whole (over ``max_length`` tokens: a server that ignored
+    its token limit, say) is cut to fit and trains nothing; so is one in which the policy wrote
+    nothing (its backend failed: the opening and one end-of-text token). Either keeps its place in
+    its group's statistics with the reward it earned."""
+    ids, mask = encode_conversation(tokenizer, [m.to_dict() for m in trajectory.messages])
+    if not any(mask):
+        opening = [m.to_dict() for m in trajectory.messages[:2]]
+        prompt = list(tokenizer.apply_chat_template(opening, add_generation_prompt=True, tokenize=True,
+                                                    return_dict=True)["input_ids"])
+        return PolicyTokens(prompt, [tokenizer.eos_token_id], [0])
+    first, last = mask.index(True), len(mask) - mask[::-1].index(True)  # the policy's last token ends it
+    prompt, completion = ids[:first], ids[first:last]
+    if len(prompt) + len(completion) > max_length:
+        kept = completion[:max(1, max_length - len(prompt))]
+        return PolicyTokens(prompt, kept, [0] * len(kept), too_long=True)
+    return PolicyTokens(prompt, completion, [int(m) for m in mask[first:last]])
+
+
+def unavailable_logprobs(completion_ids: Sequence[int]) -> list[float]:
+    """The sampling log-probabilities a rollout reports when it has none: NaN, TRL's mark for
+    "not scored" (they matter only to vLLM's importance-sampling correction; the episodes here
+    are sampled from the trained weights themselves)."""
+    return [math.nan] * len(completion_ids)

@@ -1,0 +1,206 @@
+"""GRPO on verified tasks through TRL's ``GRPOTrainer``: the rollout engine plays each step's
+groups of episodes (TRL's ``rollout_func``) and the agent judge's verdicts are the reward.
+
+TRL hands the rollout function the step's prompts, each already repeated ``group_size`` times;
+:class:`GroupRollouts` finds each prompt's task (:class:`~interlock.rl.environment.TaskPool`),
+plays one episode per prompt from a fresh workspace with the policy being trained (its weights of
+this step, through the ``transformers`` backend: exactly on-policy), judges every episode
+(:func:`~interlock.rl.environment.score`), and returns the token ids with tool results masked out
+(``env_mask``) and the rewards, which reach TRL's reward functions as keyword arguments. Each
+episode's sampling seed comes from the run's seed, the step and its place in the batch, so a run
+resumed from a checkpoint plays the steps after it as an uninterrupted run would.
+
+Trainer checkpoints (weights, optimizer, scheduler, RNG states) go under ``work`` every
+``save_steps``; a run killed at any point starts again from the last one, and a run under other
+settings starts afresh. The trained policy is written like every checkpoint of the project
+(safetensors, GGUF, manifest).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from interlock.core.backend import ChatBackend
+from interlock.core.config import RLConfig
+from interlock.core.io import fingerprint, write_json
+from interlock.core.seeds import stable_seed
+from interlock.judging.judges import Judge
+from interlock.models.checkpoint import load_checkpoint, save_checkpoint, weights_sha256
+from interlock.rl.environment import ScoredEpisode, TaskPool, play, policy_tokens, score, unavailable_logprobs
+from interlock.rl.reward import FAILED_ENDS
+from interlock.rollout.engine import RolloutLimits
+
+#: the columns of the per-step record (the DVC plot, the W&B series)
+STEP_COLUMNS = ["step", "reward", "pass_rate", "episodes", "failed", "too_long", "rollout_seconds",
+                "judge_seconds", "seconds_per_episode"]
+STEPS_FILE = "steps.json"
+RUN_FILE = "run.json"
+
+
+@dataclass(frozen=True)
+class GRPOSettings:
+    """What decides a GRPO run besides its starting weights and tasks."""
+
+    rl: RLConfig
+    seed: int
+    limits: RolloutLimits  # the episodes' rules and sampling (max_turns is ``rl.max_turns``)
+    compute_dtype: str  # bfloat16: autocast over fp32 weights, where this machine measured it faster
+    max_context: int
+    max_grad_norm: float = 1.0
+
+
+class StepLog:
+    """One row per step (:data:`STEP_COLUMNS`), kept beside the trainer checkpoints so a resumed
+    run's record holds the steps before the kill; rewritten whole, atomically, after each step."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows: list[dict] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+
+    def resume_at(self, step: int) -> None:
+        """Forget the steps after the checkpoint a run resumes from (they will be played again)."""
+        self.rows = [row for row in self.rows if row["step"] <= step]
+
+    def add(self, row: dict) -> None:
+        self.rows = [r for r in self.rows if r["step"] != row["step"]] + [row]
+        write_json(self.path, self.rows)
+
+
+class GroupRollouts:
+    """TRL's ``rollout_func``: one judged episode per prompt it is handed."""
+
+    def __init__(self, pool: TaskPool, judge: Judge, settings: GRPOSettings, workdir: Path, log: StepLog,
+                 backend: ChatBackend | None = None) -> None:
+        self.pool, self.judge, self.settings = pool, judge, settings
+        self.workdir, self.log = workdir, log
+        self.backend = backend  # None: the trained weights themselves (tests hand a scripted policy)
+        self.last: list[ScoredEpisode] = []  # the latest step's judged episodes
+
+    def __call__(self, prompts: Sequence, trainer) -> dict[str, list]:
+        step = trainer.state.global_step + 1
+        tasks = [self.pool.task_for(prompt) for prompt in prompts]
+        seeds = [stable_seed(self.settings.seed, "rl", step, index) % 2**31 for index in range(len(tasks))]
+        tokenizer = trainer.processing_class
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        was_training = model.training
+        start = time.perf_counter()
+        try:
+            backend = self.backend or _policy_backend(model, tokenizer, self.settings.max_context)
+            trajectories = play(tasks, seeds, backend, self.settings.limits, self.workdir,
+                                prefix=f"step{step}")
+        finally:
+            model.train(was_training)
+        played = time.perf_counter()
+        scored = self.last = score(trajectories, tasks, self.judge, self.settings.rl.reward)
+        judged = time.perf_counter()
+        tokens = [policy_tokens(s.trajectory, tokenizer, self.settings.max_context) for s in scored]
+        rewards, passed = [s.reward for s in scored], [float(s.passed) for s in scored]
+        self.log.add({"step": step, "reward": _mean(rewards), "pass_rate": _mean(passed),
+                      "episodes": len(scored),
+                      "failed": sum(s.trajectory.finish_reason in FAILED_ENDS or s.problem is not None
+                                    for s in scored),
+                      "too_long": sum(t.too_long for t in tokens),
+                      "rollout_seconds": round(played - start, 3), "judge_seconds": round(judged - played, 3),
+                      "seconds_per_episode": round((judged - start) / max(1, len(scored)), 3)})
+        return {"prompt_ids": [t.prompt_ids for t in tokens],
+                "completion_ids": [t.completion_ids for t in tokens],
+                "logprobs": [unavailable_logprobs(t.completion_ids) for t in tokens],
+                "env_mask": [t.env_mask for t in tokens],
+                "reward": rewards, "passed": passed}
+
+
+def _policy_backend(model, tokenizer, max_context: int) -> ChatBackend:
+    from interlock.models.transformers_backend import TransformersBackend
+
+    # no cache across steps: the weights change after every step
+    return TransformersBackend(model=model, tokenizer=tokenizer, max_context=max_context, reuse_cache=False)
+
+
+def _mean(values: list[float]) -> float:
+    return round(sum(values) / len(values), 6) if values else 0.0
+
+
+def judged_reward(prompts, completions, reward, **_) -> list[float]:
+    """TRL reward function: the agent judge's reward the rollout function computed."""
+    return list(reward)
+
+
+def judged_pass(prompts, completions, passed, **_) -> list[float]:
+    """TRL reward function of weight 0: whether every mandatory criterion passed (logged as
+    ``rewards/judged_pass/mean``, the pass rate of the step)."""
+    return list(passed)
+
+
+def train_grpo(start: Path, pool: TaskPool, judge: Judge, settings: GRPOSettings, out: Path, work: Path, *,
+               backend: ChatBackend | None = None, callbacks: Sequence = ()) -> tuple[dict, list[dict]]:
+    """Train the checkpoint at ``start`` with GRPO on ``pool``; write the result to ``out``; return
+    the run's metrics and its per-step rows. ``backend``: who plays the episodes instead of the
+    trained weights (tests); ``callbacks``: extra ``transformers`` trainer callbacks."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL 1.x
+    import torch
+    from datasets import Dataset
+    from transformers.trainer_utils import get_last_checkpoint
+    from trl import GRPOConfig, GRPOTrainer
+
+    rl = settings.rl
+    run_id = fingerprint(rl.model_dump(), settings.seed, dataclasses.asdict(settings.limits),
+                         settings.compute_dtype, settings.max_context, settings.max_grad_norm,
+                         weights_sha256(start), [task.task_id for task in pool.tasks],
+                         "policy" if backend is None else backend.name)
+    run_file = work / RUN_FILE
+    if not run_file.is_file() or json.loads(run_file.read_text(encoding="utf-8")) != {"run_id": run_id}:
+        shutil.rmtree(work, ignore_errors=True)  # another run's checkpoints: start afresh
+        work.mkdir(parents=True)
+        write_json(run_file, {"run_id": run_id})
+    trainer_dir = work / "trainer"
+    resume = get_last_checkpoint(str(trainer_dir)) if trainer_dir.is_dir() else None
+    resumed_at = int(resume.rsplit("-", 1)[1]) if resume else 0
+    log = StepLog(work / STEPS_FILE)
+    log.resume_at(resumed_at)
+
+    gpu = torch.cuda.is_available()
+    model, tokenizer = load_checkpoint(start, "cuda" if gpu else "cpu", "float32")
+    args = GRPOConfig(
+        output_dir=str(trainer_dir), per_device_train_batch_size=rl.tasks_per_step * rl.group_size,
+        num_generations=rl.group_size, max_steps=rl.steps, learning_rate=rl.learning_rate, beta=rl.kl,
+        lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=settings.max_grad_norm,
+        reward_weights=[1.0, 0.0], logging_steps=1, save_strategy="steps", save_steps=rl.save_steps,
+        save_total_limit=1, report_to=[], seed=settings.seed, data_seed=settings.seed, use_cpu=not gpu,
+        bf16=settings.compute_dtype == "bfloat16", disable_tqdm=False)
+    rollouts = GroupRollouts(pool, judge, settings, work / "episodes", log, backend)
+    trainer = GRPOTrainer(model=model, reward_funcs=[judged_reward, judged_pass], args=args,
+                          train_dataset=Dataset.from_list([{"prompt": p} for p in pool.prompts()]),
+                          processing_class=tokenizer, rollout_func=rollouts, callbacks=list(callbacks))
+    started = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume)
+    seconds = time.perf_counter() - started
+    trained = trainer.accelerator.unwrap_model(trainer.model).eval()
+    trained.config.use_cache = True
+    save_checkpoint(trained.to("cpu"), tokenizer, out, source="finetuned", origin=str(start), name="rl",
+                    max_context=settings.max_context, origin_sha256=weights_sha256(start),
+                    compute_dtype=settings.compute_dtype,
+                    notes=f"GRPO, {rl.steps} steps of {rl.tasks_per_step} tasks x {rl.group_size} episodes, "
+                          f"reward {rl.reward}")
+    rows = log.rows
+    played = [row for row in rows if row["step"] > resumed_at]
+    metrics = {
+        "trained": True, "steps": len(rows), "episodes": sum(r["episodes"] for r in rows),
+        "tasks": len(pool.tasks), "resumed_from_step": resumed_at,
+        **{key: {"first": rows[0][key], "last": rows[-1][key], "mean": _mean([r[key] for r in rows])}
+           for key in ("reward", "pass_rate")},
+        "failed_episodes": sum(r["failed"] for r in rows),
+        "too_long_episodes": sum(r["too_long"] for r in rows),  # cut to the context, trained on nothing
+        # this run's own steps (a resumed run did not time the steps before the kill)
+        "seconds_per_step": round(seconds / max(1, len(played)), 2),
+        "seconds_per_episode": _mean([r["seconds_per_episode"] for r in played]),
+        "loss_type": args.loss_type,
+    }
+    shutil.rmtree(work, ignore_errors=True)  # finished: nothing to resume
+    return metrics, rows
