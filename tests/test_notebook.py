@@ -53,9 +53,12 @@ def test_the_results_notebook_runs_on_the_pipelines_artifacts(smoke_repo, venv_k
 
     # the comparison table: a row per evaluated model, with the metrics and their deltas
     table = "".join(o.get("data", {}).get("text/html", "") for o in _outputs(cells["comparison-table"]))
-    evaluation = load_params(smoke_repo / "params.yaml").eval
+    params = load_params(smoke_repo / "params.yaml")
+    evaluation = params.eval
+    left_out = json.loads(params.paths.under(smoke_repo).metrics_of("evaluate").read_text())["not_evaluated"]
+    assert set(left_out) == {"rl"}  # the smoke run trains no RL policy (train=full)
     for model in evaluation.models:
-        assert f"<th>{model}</th>" in table
+        assert (f"<th>{model}</th>" in table) == (model not in left_out)
     assert "bfcl" in evaluation.pools  # the smoke run's BFCL pool, beside the benchmark
     for pool in evaluation.pools:
         assert f">{pool}</th>" in table

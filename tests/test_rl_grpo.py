@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,19 +22,20 @@ import torch
 from safetensors.torch import load_file
 
 from interlock.core.backend import ChatRequest, Completion
-from interlock.core.config import RLConfig
+from interlock.core.chat import render_turn
+from interlock.core.config import RLConfig, load_params
 from interlock.core.errors import InterlockError
 from interlock.judging.judges import JudgeContext
 from interlock.judging.text import TextJudge
 from interlock.models.chat_template import openai_tools
-from interlock.models.checkpoint import load_checkpoint, read_manifest
-from interlock.rl.environment import TaskPool, policy_tokens, score
+from interlock.models.checkpoint import load_checkpoint, read_manifest, untrained_reason
+from interlock.rl.environment import TaskEpisode, TaskPool, policy_tokens, score
 from interlock.rl.grpo import GroupRollouts, GRPOSettings, StepLog, train_grpo
 from interlock.rollout.engine import TOOLS, RolloutLimits
 from interlock.rollout.scripted import ADVERSARIES, ATTACKS, CONTROLS, ScriptedBackend
 
 from helpers.judges import accepted_by_the_stages
-from helpers.repo import command_timeout
+from helpers.repo import SMOKE, command_timeout, dvc, stages_run
 
 HELPER = Path(__file__).parent / "helpers" / "grpo_run.py"
 SETTINGS = RLConfig(enabled=True, reward="pass", steps=1, tasks_per_step=2, group_size=2, learning_rate=1e-5,
@@ -89,7 +91,7 @@ def test_the_policys_turns_carry_the_loss_and_the_tool_results_none(adversary_ro
     for trajectory in adversary_rollouts["oracle"]:
         tokens = policy_tokens(trajectory, tokenizer, 4096)
         prompt, completion, mask = tokens.prompt_ids, tokens.completion_ids, tokens.env_mask
-        assert len(completion) == len(mask) and mask[0] == 1 and mask[-1] == 1 and not tokens.too_long
+        assert len(completion) == len(mask) and mask[0] == 1 and mask[-1] == 1 and tokens.problem is None
         rendered = tokenizer.apply_chat_template([m.to_dict() for m in trajectory.messages], tokenize=False,
                                                  tools=openai_tools(TOOLS))
         assert rendered.startswith(tokenizer.decode(prompt + completion))
@@ -103,8 +105,20 @@ def test_the_policys_turns_carry_the_loss_and_the_tool_results_none(adversary_ro
         assert any(r[:40] in tokenizer.decode([t for t, m in zip(completion, twin_mask, strict=True) if m])
                    for r in results)
         cut = policy_tokens(trajectory, tokenizer, len(prompt) + 10)  # longer than the trainer takes
-        assert cut.too_long and len(cut.prompt_ids + cut.completion_ids) == len(prompt) + 10
+        assert cut.problem.startswith("too long")
+        assert len(cut.prompt_ids + cut.completion_ids) == len(prompt) + 10
         assert not any(cut.env_mask)
+
+
+@pytest.mark.parametrize(("template", "problem"), [
+    ("{% for m in messages %}{{ m['content'] }}{% endfor %}", "the chat template marks none"),  # no markers
+    ("{{ raise_exception('no tools here') }}", "not renderable")])
+def test_an_episode_the_template_cannot_render_or_mark_trains_nothing(template, problem, adversary_rollouts,
+                                                                      tiny_checkpoint) -> None:
+    tokenizer = load_checkpoint(tiny_checkpoint)[1]
+    tokenizer.chat_template = template
+    tokens = policy_tokens(adversary_rollouts["oracle"][0], tokenizer, 4096)
+    assert tokens.problem.startswith(problem) and tokens.env_mask == [0]
 
 
 # ----------------------------------------------------------------------------- rewards
@@ -184,6 +198,8 @@ def test_a_failed_episode_scores_zero_and_trains_nothing(how, contexts, agent_ju
     out, rollouts = _play(_Failing(how), contexts, agent_judge, tokenizer, tmp_path)
     assert out["reward"] == [0.0] * len(contexts)
     assert all(mask == [0] for mask in out["env_mask"])
+    assert all(t.problem == "the policy wrote nothing" for t in (
+        policy_tokens(s.trajectory, tokenizer, 4096) for s in rollouts.last))
     assert {s.trajectory.finish_reason for s in rollouts.last} == {"server_error"}
     assert rollouts.log.rows[-1]["failed"] == len(contexts)
 
@@ -240,7 +256,7 @@ def test_hostile_or_failing_episodes_earn_nothing_and_the_trainer_finishes_its_s
                                tmp_path / "rl", tmp_path / "work", backend=backend)
     assert metrics["steps"] == 2 and [r["reward"] for r in rows] == [0.0, 0.0]
     if policy == "hostile":  # the 200,000 characters of one turn: cut to the context, trained on nothing
-        assert metrics["too_long_episodes"] >= 1
+        assert metrics["untrained_episodes"] >= 1
     assert metrics["episodes"] == 2 * SETTINGS.tasks_per_step * SETTINGS.group_size
     assert read_manifest(tmp_path / "rl")["name"] == "rl" and not (tmp_path / "work").exists()
 
@@ -308,3 +324,72 @@ def test_resuming_from_the_weights_alone_is_not_the_same_run(tiny_checkpoint, un
     resumed = _run(tiny_checkpoint, tmp_path / "twin")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert not _same(_weights(tmp_path / "twin" / "rl"), _weights(whole / "rl"))
+
+
+# ----------------------------------------------------------------------------- the pipeline
+
+def test_the_default_run_trains_no_rl_policy_and_evaluate_says_why(smoke_repo) -> None:
+    paths = load_params(smoke_repo / "params.yaml").paths.under(smoke_repo)
+    assert json.loads(paths.metrics_of("rl").read_text())["trained"] is False
+    reason = untrained_reason(paths.model("rl"))
+    assert reason and "train=grpo" in reason
+    assert json.loads(paths.metrics_of("evaluate").read_text())["not_evaluated"] == {"rl": reason}
+    assert [line.split("\t") for line in (paths.rl_plot / "reward.tsv").read_text().splitlines()] == [
+        ["step", "value"]]
+
+
+@pytest.fixture(scope="module")
+def grpo_experiment(smoke_repo, tmp_path_factory) -> tuple[Path, list[str]]:
+    """`dvc exp run -S train=grpo` on a copy of the smoke run (the README's smoke command, with the
+    suite's other smoke choices): the repository and the stages it ran."""
+    root = tmp_path_factory.mktemp("grpo") / "repo"
+    shutil.copytree(smoke_repo, root, ignore=shutil.ignore_patterns("wandb"))
+    overrides = [arg for choice in (*SMOKE, "train=grpo") for arg in ("-S", choice)]
+    return root, stages_run(dvc("exp", "run", *overrides, cwd=root))
+
+
+def test_dvc_exp_run_train_grpo_trains_rl_and_evaluates_it_beside_the_others(grpo_experiment) -> None:
+    root, ran = grpo_experiment
+    assert sorted(ran) == ["evaluate", "rl"]  # nothing before them reads the choice
+    params = load_params(root / "params.yaml")
+    paths, config = params.paths.under(root), params.train.rl
+    rl = json.loads(paths.metrics_of("rl").read_text())
+    assert rl["trained"] and rl["steps"] == config.steps and rl["failed_episodes"] == 0
+    assert rl["episodes"] == config.steps * config.tasks_per_step * config.group_size
+    assert rl["runtime"]["backend"] == "transformers"
+    for series in ("reward", "pass_rate"):
+        rows = (paths.rl_plot / f"{series}.tsv").read_text().splitlines()
+        assert rows[0] == "step\tvalue" and [int(r.split("\t")[0]) for r in rows[1:]] == list(
+            range(1, config.steps + 1))
+    manifest = read_manifest(paths.model("rl"))
+    assert manifest["origin"].endswith(params.scale.rollouts.policy)
+    assert untrained_reason(paths.model("rl")) is None
+    evaluation = json.loads(paths.metrics_of("evaluate").read_text())
+    assert evaluation["not_evaluated"] == {}
+    for pool in ("benchmark", "indist"):
+        assert "rl" in evaluation["pools"][pool]["models"]
+        assert {"value", "low", "high", "mde"} <= set(evaluation["summary"][pool]["deltas"]["rl"])
+    plots = json.loads(dvc("plots", "show", "--json", cwd=root, stdout_only=True))
+    assert {"metrics/plots/rl/reward.tsv", "metrics/plots/rl/pass_rate.tsv"} <= set(plots["data"])
+    assert "up to date" in dvc("status", cwd=root)
+
+
+# ----------------------------------------------------------------------------- turn by turn
+
+def test_an_episode_driven_turn_by_turn_is_the_engines_episode(contexts, adversary_rollouts, agent_judge,
+                                                               tmp_path) -> None:
+    """What a trainer that owns generation (verl's agent loop, verifiers) drives: the oracle's and
+    an attack's turns fed one by one give the engine's very transcript and the same reward."""
+    limits = RolloutLimits(max_turns=24)
+    for policy, reward in (("oracle", 1.0), ("transcript_forgery", 0.0), ("plant_verifier", 0.0)):
+        for recorded, task in zip(adversary_rollouts[policy], contexts, strict=True):
+            episode = TaskEpisode(task, limits, tmp_path / policy, rollout_id=recorded.rollout_id)
+            assert episode.messages == [m.to_dict() for m in recorded.messages[:2]]
+            for turn in (m for m in recorded.messages if m.role == "assistant"):
+                episode.step(render_turn(turn.content, turn.tool_calls))
+            assert episode.done
+            with pytest.raises(InterlockError, match="the episode ended"):
+                episode.step("one more")
+            played = episode.finish()
+            assert played.messages == recorded.messages and played.final_files == recorded.final_files
+            assert score([played], [task], agent_judge, "pass")[0].reward == reward, policy

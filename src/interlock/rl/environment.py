@@ -27,7 +27,15 @@ from interlock.core.errors import InterlockError
 from interlock.judging.judges import Judge
 from interlock.judging.verdicts import Judgement
 from interlock.rl.reward import episode_reward
-from interlock.rollout.engine import Episode, RolloutLimits, run_episodes, workspace_opening
+from interlock.rollout.engine import (
+    Episode,
+    RolloutLimits,
+    advance_episode,
+    finish_episode,
+    run_episodes,
+    start_episode,
+    workspace_opening,
+)
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.tasks import TaskContext
 from interlock.training.examples import encode_conversation
@@ -89,6 +97,62 @@ class FailSafeBackend:
         self.backend.end(key)
 
 
+class _ExternalGeneration:
+    """The backend of an episode whose turns a trainer generates itself: told of the episode,
+    asked for nothing."""
+
+    name = "external"
+
+    def begin(self, key: str, task: EpisodeTask) -> None:
+        pass
+
+    def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+        raise TypeError("a TaskEpisode's turns come from its trainer (TaskEpisode.step)")
+
+    def end(self, key: str) -> None:
+        pass
+
+
+class TaskEpisode:
+    """One episode of a task driven turn by turn, for a trainer that owns the generation loop
+    (verl's agent loop, a ``verifiers`` multi-turn environment): construction is the reset (a fresh
+    copy of the workspace, the opening messages), :meth:`step` answers one assistant turn exactly
+    as the rollout engine does (same parsing, tools, clipping, turn limit), :meth:`finish` gives the
+    trajectory the agent judge grades (:func:`score`)."""
+
+    def __init__(self, task: TaskContext, limits: RolloutLimits, workdir: Path, *,
+                 rollout_id: str = "episode", seed: int = 0) -> None:
+        self.limits = limits
+        self.episode = start_episode(Episode(rollout_id, task, task.domain.id, task.pack.pool, "rl", 0, seed),
+                                     _ExternalGeneration(), workdir, limits)
+
+    @property
+    def messages(self) -> list[dict]:
+        """The conversation so far, as chat messages."""
+        return [m.to_dict() for m in self.episode.messages]
+
+    @property
+    def done(self) -> bool:
+        return self.episode.finish_reason is not None
+
+    def step(self, text: str) -> list[dict]:
+        """The environment's answer to one assistant turn (tool results; none when it ended the
+        episode without calls), as chat messages; :attr:`done` says whether the episode ended."""
+        if self.done:
+            raise InterlockError(f"the episode ended ({self.episode.finish_reason})",
+                                 item=self.episode.rollout_id, field="step")
+        before = len(self.episode.messages)
+        advance_episode(self.episode, Completion(text), self.limits)
+        return [m.to_dict() for m in self.episode.messages[before + 1:]]
+
+    def finish(self) -> Trajectory:
+        """The episode's record (its workspace folder removed); one the trainer stopped before it
+        ended is recorded as out of turns."""
+        if self.episode.finish_reason is None:
+            self.episode.finish_reason = "max_turns"
+        return finish_episode(self.episode, _ExternalGeneration())
+
+
 @dataclass(frozen=True)
 class ScoredEpisode:
     trajectory: Trajectory
@@ -140,7 +204,7 @@ class PolicyTokens:
     prompt_ids: list[int]
     completion_ids: list[int]
     env_mask: list[int]  # 1 on the policy's own tokens (they carry loss), 0 elsewhere
-    too_long: bool = False  # longer than the trainer may take: cut, and no token carries loss
+    problem: str | None = None  # why no token carries loss (then only its reward counts, in its group)
 
 
 def policy_tokens(trajectory: Trajectory, tokenizer, max_length: int) -> PolicyTokens:
@@ -149,22 +213,39 @@ def policy_tokens(trajectory: Trajectory, tokenizer, max_length: int) -> PolicyT
     end-of-turn token), and ``env_mask`` is 1 on the policy's own tokens and 0 on what the
     environment wrote between its turns (tool results), which carry no loss.
 
-    An episode the trainer could not take whole (over ``max_length`` tokens: a server that ignored
-    its token limit, say) is cut to fit and trains nothing; so is one in which the policy wrote
-    nothing (its backend failed: the opening and one end-of-text token). Either keeps its place in
-    its group's statistics with the reward it earned."""
-    ids, mask = encode_conversation(tokenizer, [m.to_dict() for m in trajectory.messages])
+    Three kinds of episode train nothing and keep their place in their group's statistics with
+    the reward they earned: one in which the policy wrote nothing (its backend failed: the opening
+    and one end-of-text token), one the trainer could not take whole (over ``max_length`` tokens:
+    a server that ignored its token limit, say; cut to fit), and one the chat template cannot
+    render or whose policy tokens it does not mark (the opening and one end-of-text token)."""
+    try:
+        ids, mask = encode_conversation(tokenizer, [m.to_dict() for m in trajectory.messages])
+    except Exception as error:  # noqa: BLE001 - what the policy wrote must not stop the step
+        problem = f"not renderable: {type(error).__name__}: {error}"[:300]
+        return _nothing_trained(trajectory, tokenizer, problem)
+    if not any(m.role == "assistant" for m in trajectory.messages):
+        return _nothing_trained(trajectory, tokenizer, "the policy wrote nothing")
     if not any(mask):
-        opening = [m.to_dict() for m in trajectory.messages[:2]]
-        prompt = list(tokenizer.apply_chat_template(opening, add_generation_prompt=True, tokenize=True,
-                                                    return_dict=True)["input_ids"])
-        return PolicyTokens(prompt, [tokenizer.eos_token_id], [0])
+        return _nothing_trained(trajectory, tokenizer, "the chat template marks none of the policy's tokens")
     first, last = mask.index(True), len(mask) - mask[::-1].index(True)  # the policy's last token ends it
     prompt, completion = ids[:first], ids[first:last]
     if len(prompt) + len(completion) > max_length:
         kept = completion[:max(1, max_length - len(prompt))]
-        return PolicyTokens(prompt, kept, [0] * len(kept), too_long=True)
+        return PolicyTokens(prompt, kept, [0] * len(kept), f"too long: {len(prompt + completion)} tokens")
     return PolicyTokens(prompt, completion, [int(m) for m in mask[first:last]])
+
+
+def _nothing_trained(trajectory: Trajectory, tokenizer, problem: str) -> PolicyTokens:
+    """The episode's opening and one end-of-text token, under mask 0 (its plain text where the
+    chat template fails: no token of it is trained)."""
+    opening = [m.to_dict() for m in trajectory.messages[:2]]
+    try:
+        prompt = list(tokenizer.apply_chat_template(opening, add_generation_prompt=True, tokenize=True,
+                                                    return_dict=True)["input_ids"])
+    except Exception:  # noqa: BLE001 - a template that cannot render even the opening
+        text = "\n".join(m["content"] for m in opening)
+        prompt = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return PolicyTokens(prompt, [tokenizer.eos_token_id], [0], problem)
 
 
 def unavailable_logprobs(completion_ids: Sequence[int]) -> list[float]:

@@ -38,7 +38,7 @@ from interlock.rl.reward import FAILED_ENDS
 from interlock.rollout.engine import RolloutLimits
 
 #: the columns of the per-step record (the DVC plot, the W&B series)
-STEP_COLUMNS = ["step", "reward", "pass_rate", "episodes", "failed", "too_long", "rollout_seconds",
+STEP_COLUMNS = ["step", "reward", "pass_rate", "episodes", "failed", "untrained", "rollout_seconds",
                 "judge_seconds", "seconds_per_episode"]
 STEPS_FILE = "steps.json"
 RUN_FILE = "run.json"
@@ -106,7 +106,7 @@ class GroupRollouts:
                       "episodes": len(scored),
                       "failed": sum(s.trajectory.finish_reason in FAILED_ENDS or s.problem is not None
                                     for s in scored),
-                      "too_long": sum(t.too_long for t in tokens),
+                      "untrained": sum(t.problem is not None for t in tokens),
                       "rollout_seconds": round(played - start, 3), "judge_seconds": round(judged - played, 3),
                       "seconds_per_episode": round((judged - start) / max(1, len(scored)), 3)})
         return {"prompt_ids": [t.prompt_ids for t in tokens],
@@ -119,8 +119,8 @@ class GroupRollouts:
 def _policy_backend(model, tokenizer, max_context: int) -> ChatBackend:
     from interlock.models.transformers_backend import TransformersBackend
 
-    # no cache across steps: the weights change after every step
-    return TransformersBackend(model=model, tokenizer=tokenizer, max_context=max_context, reuse_cache=False)
+    # one backend a step: its prefix cache (each episode's earlier turns) never outlives the weights
+    return TransformersBackend(model=model, tokenizer=tokenizer, max_context=max_context)
 
 
 def _mean(values: list[float]) -> float:
@@ -196,7 +196,8 @@ def train_grpo(start: Path, pool: TaskPool, judge: Judge, settings: GRPOSettings
         **{key: {"first": rows[0][key], "last": rows[-1][key], "mean": _mean([r[key] for r in rows])}
            for key in ("reward", "pass_rate")},
         "failed_episodes": sum(r["failed"] for r in rows),
-        "too_long_episodes": sum(r["too_long"] for r in rows),  # cut to the context, trained on nothing
+        # episodes no token of which was trained (the policy wrote nothing, too long, unrenderable)
+        "untrained_episodes": sum(r["untrained"] for r in rows),
         # this run's own steps (a resumed run did not time the steps before the kill)
         "seconds_per_step": round(seconds / max(1, len(played)), 2),
         "seconds_per_episode": _mean([r["seconds_per_episode"] for r in played]),

@@ -7,8 +7,9 @@
   ``max_in_flight`` at a time, so no episode waits for the slowest reply of a batch; the tools
   run on the engine's thread while other requests wait.
 
-Both share everything an episode does (:func:`_start`, :func:`_request`, :func:`_advance`,
-:func:`_finish`) and differ only in when requests go out, so for a deterministic backend they
+Both share everything an episode does (:func:`start_episode`, :func:`_request`,
+:func:`advance_episode`, :func:`finish_episode`: public, so a trainer that owns the generation loop
+drives an episode turn by turn with them) and differ only in when requests go out, so for a deterministic backend they
 write the same trajectories. Each episode acts in its own :class:`Environment`: by default a
 fresh copy of its task's workspace on disk with the file tools (:class:`WorkspaceEnvironment`);
 an external benchmark brings its own (BFCL's simulated APIs), with its own
@@ -216,15 +217,15 @@ def _lockstep(waiting: Iterator[Episode], backend: ChatBackend, limits: RolloutL
             episode = next(waiting, None)
             if episode is None:
                 break
-            live.append(_start(episode, backend, workdir, limits))
+            live.append(start_episode(episode, backend, workdir, limits))
         if not live:
             return
         for episode, completion in zip(live, backend.complete([_request(e, limits) for e in live]),
                                        strict=True):
-            _advance(episode, completion, limits)
+            advance_episode(episode, completion, limits)
         for episode in [e for e in live if e.finish_reason is not None]:
             live.remove(episode)
-            yield _finish(episode, backend)
+            yield finish_episode(episode, backend)
 
 
 def _async(waiting: Iterator[Episode], backend: ConcurrentBackend, limits: RolloutLimits,
@@ -243,22 +244,22 @@ def _async(waiting: Iterator[Episode], backend: ConcurrentBackend, limits: Rollo
                 episode = next(waiting, None)
                 if episode is None:
                     break
-                send(_start(episode, backend, workdir, limits))
+                send(start_episode(episode, backend, workdir, limits))
             if not in_flight:
                 return
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             for future in [f for f in in_flight if f in done]:  # in the order they were sent
                 episode = in_flight.pop(future)
-                _advance(episode, future.result(), limits)
+                advance_episode(episode, future.result(), limits)
                 if episode.finish_reason is None:
                     send(episode)
                 else:
-                    yield _finish(episode, backend)
+                    yield finish_episode(episode, backend)
     finally:  # a caller that stops early does not wait for the requests still out
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _start(episode: Episode, backend: ChatBackend, workdir: Path, limits: RolloutLimits) -> Episode:
+def start_episode(episode: Episode, backend: ChatBackend, workdir: Path, limits: RolloutLimits) -> Episode:
     episode.started = time.perf_counter()
     episode.environment = episode.open_environment(episode, workdir / episode.rollout_id)
     if episode.prefix:  # its turns answered again by this environment: what the record goes on from
@@ -281,7 +282,7 @@ def _request(episode: Episode, limits: RolloutLimits) -> ChatRequest:
                        limits.max_new_tokens, limits.temperature, episode.seed + episode.turns)
 
 
-def _advance(episode: Episode, completion: Completion, limits: RolloutLimits) -> None:
+def advance_episode(episode: Episode, completion: Completion, limits: RolloutLimits) -> None:
     """One reply: count it, act on it, and record whether it ended the episode."""
     episode.turns += 1
     episode.steps += 1
@@ -484,7 +485,7 @@ def _clip(text: str, limit: int | None) -> str:
     return text[:limit] + f"\n[... {len(text) - limit} more characters not shown]"
 
 
-def _finish(episode: Episode, backend: ChatBackend) -> Trajectory:
+def finish_episode(episode: Episode, backend: ChatBackend) -> Trajectory:
     backend.end(episode.rollout_id)
     final_files, diff = episode.environment.close()
     return Trajectory(
