@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from interlock.core import schemas
+from interlock.core.config import load_params
 from interlock.core.errors import InterlockError
 from interlock.core.io import read_rows
 from interlock.review.scripted_author import FAULTS
@@ -68,7 +69,8 @@ def test_repro_after_repro_does_nothing(smoke_copy):
 
 def test_stages_write_identical_bytes_when_forced(smoke_copy):
     before = _snapshot(smoke_copy / "data")
-    assert len(stages_run(_run([str(BIN / "dvc"), "repro", "--force"], smoke_copy))) == 16
+    stages = yaml.safe_load((smoke_copy / "dvc.yaml").read_text())["stages"]
+    assert len(stages_run(_run([str(BIN / "dvc"), "repro", "--force"], smoke_copy))) == len(stages)
     assert _differing(before, _snapshot(smoke_copy / "data")) == []
 
 
@@ -112,12 +114,19 @@ def test_stage_script_reports_bad_params_in_one_line(smoke_repo, tmp_path):
     assert pq.ParquetFile(work / "data" / "blueprints.parquet").metadata.num_rows > 0
 
 
+def _evaluated_models(repo: Path) -> list[str]:
+    """``eval.models`` less those the run trained none of (``rl`` unless train=grpo), in order."""
+    left_out = json.loads((repo / "metrics" / "evaluate.json").read_text())["not_evaluated"]
+    return [m for m in load_params(repo / "params.yaml").eval.models if m not in left_out]
+
+
 def test_every_model_is_a_checkpoint_and_the_fine_tunings_trained(smoke_repo):
-    from interlock.models.checkpoint import read_manifest, verify_checkpoint
+    from interlock.models.checkpoint import read_manifest, untrained_reason, verify_checkpoint
     from interlock.training.trainer import read_training
 
     models = smoke_repo / "data" / "models"
-    assert sorted(p.name for p in models.iterdir() if p.is_dir()) == ["base", "demo_sft", "rft"]
+    assert sorted(p.name for p in models.iterdir() if p.is_dir()) == ["base", "demo_sft", "rft", "rl"]
+    assert untrained_reason(models / "rl")  # train=full: the rl stage's note, no checkpoint
     checkpoints = [models / "base", models / "demo_sft", *sorted((models / "rft").iterdir())]
     for checkpoint in checkpoints:
         assert verify_checkpoint(checkpoint) == [], checkpoint
@@ -159,7 +168,6 @@ def test_indist_tasks_are_evaluated_and_stay_out_of_everything_training_touches(
     """The in-distribution pool's tasks come from the training domains, are admitted and evaluated
     on every model, and appear nowhere that training (demos, rollouts, judging, acceptance,
     intervention, the training set) or recursive synthesis reads or writes."""
-    from interlock.core.config import load_params
 
     data = smoke_repo / "data"
     admitted = read_rows(data / "review" / "admitted.parquet", schemas.REVIEW_TABLES["admitted"])
@@ -176,12 +184,12 @@ def test_indist_tasks_are_evaluated_and_stay_out_of_everything_training_touches(
                 seen = {v for value in values for v in (value if column == "parents" else [value])}
                 assert not seen & indist, f"{path}: {sorted(seen & indist)}"
     results = read_rows(data / "evaluation" / "results.parquet", schemas.EVAL_RESULTS)
-    params = load_params(smoke_repo / "params.yaml")
-    for model in params.eval.models:
+    models = _evaluated_models(smoke_repo)
+    for model in models:
         assert {r["task_id"] for r in results if r["model"] == model and r["pool"] == "indist"} == indist
     summary = json.loads((smoke_repo / "metrics" / "evaluate.json").read_text())["summary"]
-    assert set(summary) == set(params.eval.pools)
-    assert summary["indist"]["tasks"] == 4 and set(summary["indist"]["deltas"]) == set(params.eval.models[1:])
+    assert set(summary) == set(load_params(smoke_repo / "params.yaml").eval.pools)
+    assert summary["indist"]["tasks"] == 4 and set(summary["indist"]["deltas"]) == set(models[1:])
 
 
 def test_every_stage_with_numbers_logged_an_offline_wandb_run(smoke_repo):
@@ -231,7 +239,6 @@ def test_the_smoke_run_evaluates_the_bfcl_pool_and_plots_it(smoke_repo):
     """The opt-in BFCL pool runs end to end at the smoke scale: its first tasks, every model (each
     RFT seed), graded by BFCL's checker, summarized with intervals and plotted."""
     from interlock.analysis.report import read_plot
-    from interlock.core.config import load_params
     from interlock.evaluation.bfcl import load_tasks
 
     params = load_params(smoke_repo / "params.yaml")
@@ -239,14 +246,14 @@ def test_the_smoke_run_evaluates_the_bfcl_pool_and_plots_it(smoke_repo):
     assert "bfcl" in params.eval.pools and size == 2
     pool = json.loads((smoke_repo / "metrics" / "evaluate.json").read_text())["pools"]["bfcl"]
     assert pool["tasks"] == size
-    for model in params.eval.models:
+    for model in _evaluated_models(smoke_repo):
         entry = pool["models"][model]
         assert entry["episodes"] == size * params.scale.evaluation.attempts * entry["seeds"]
         assert sum(entry["finish_reasons"].values()) == entry["episodes"]
         assert {"pass_rate", "score", "criterion_pass_rate", "mean_turns"} <= set(entry)
         assert not {"primary_pass_rate", "completion_gap_rate"} & set(entry)  # no such notion in BFCL
         assert entry["pass_rate"]["low"] <= entry["pass_rate"]["value"] <= entry["pass_rate"]["high"]
-    assert set(pool["deltas"]) == set(params.eval.models[1:])
+    assert set(pool["deltas"]) == set(_evaluated_models(smoke_repo)[1:])
     results = read_rows(smoke_repo / "data" / "evaluation" / "results.parquet", schemas.EVAL_RESULTS)
     ids = [task.task_id for task in load_tasks(size)]
     assert sorted({r["task_id"] for r in results if r["pool"] == "bfcl"}) == sorted(ids)
@@ -296,7 +303,6 @@ def test_no_bfcl_task_text_reaches_a_training_artifact(smoke_repo):
     was trained from (so it holds nothing else)."""
     from transformers import AutoTokenizer
 
-    from interlock.core.config import load_params
     from interlock.evaluation.bfcl import load_tasks
     from interlock.models.checkpoint import seed_checkpoints
     from interlock.synthesis.workspace import TOOL_SPECS
