@@ -393,3 +393,18 @@ def test_an_episode_driven_turn_by_turn_is_the_engines_episode(contexts, adversa
             played = episode.finish()
             assert played.messages == recorded.messages and played.final_files == recorded.final_files
             assert score([played], [task], agent_judge, "pass")[0].reward == reward, policy
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_grpo_trains_on_the_gpu_with_the_policy_playing_its_own_episodes(
+        contexts, agent_judge, tiny_checkpoint, tmp_path) -> None:
+    """On CUDA in bf16 autocast: the trained weights generate every episode there (no scripted
+    stand-in), and the checkpoint comes back to the CPU in the common form."""
+    torch.cuda.reset_peak_memory_stats()
+    settings = dataclasses.replace(_settings(steps=2), compute_dtype="bfloat16")
+    metrics, rows = train_grpo(tiny_checkpoint, TaskPool(contexts), agent_judge, settings, tmp_path / "rl",
+                               tmp_path / "work")
+    assert torch.cuda.max_memory_allocated() > 0, "trained on the GPU"
+    assert [r["step"] for r in rows] == [1, 2] and metrics["failed_episodes"] == 0
+    assert read_manifest(tmp_path / "rl")["compute_dtype"] == "bfloat16"
