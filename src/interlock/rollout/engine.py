@@ -8,12 +8,12 @@
   run on the engine's thread while other requests wait.
 
 Both share everything an episode does (:func:`start_episode`, :func:`_request`,
-:func:`advance_episode`, :func:`finish_episode`: public, so a trainer that owns the generation loop
-drives an episode turn by turn with them) and differ only in when requests go out, so for a deterministic backend they
-write the same trajectories. Each episode acts in its own :class:`Environment`: by default a
-fresh copy of its task's workspace on disk with the file tools (:class:`WorkspaceEnvironment`);
-an external benchmark brings its own (BFCL's simulated APIs), with its own
-:class:`EpisodeLimits` (steps, calls a turn, clipping). Every assistant turn may carry
+:func:`advance_episode`, :func:`finish_episode`: public, so a trainer that owns the generation
+loop drives an episode turn by turn with them) and differ only in when requests go out, so for a
+deterministic backend they write the same trajectories. Each episode acts in its own
+:class:`Environment`: by default a fresh copy of its task's workspace on disk with the file tools
+(:class:`WorkspaceEnvironment`); an external benchmark brings its own (BFCL's simulated APIs),
+with its own :class:`EpisodeLimits` (steps, calls a turn, clipping). Every assistant turn may carry
 several tool calls; malformed calls, unknown tools and bad arguments come back as error
 observations; a turn without calls ends the episode, or hands the agent the environment's next
 user message; every episode records why it ended.
