@@ -37,9 +37,6 @@ from interlock.rl.environment import ScoredEpisode, TaskPool, play, policy_token
 from interlock.rl.reward import FAILED_ENDS
 from interlock.rollout.engine import RolloutLimits
 
-#: the columns of the per-step record (the DVC plot, the W&B series)
-STEP_COLUMNS = ["step", "reward", "pass_rate", "episodes", "failed", "untrained", "rollout_seconds",
-                "judge_seconds", "seconds_per_episode"]
 STEPS_FILE = "steps.json"
 RUN_FILE = "run.json"
 
@@ -57,7 +54,8 @@ class GRPOSettings:
 
 
 class StepLog:
-    """One row per step (:data:`STEP_COLUMNS`), kept beside the trainer checkpoints so a resumed
+    """One row per step (step, reward and pass rate means, episodes, failed and untrained episodes,
+    rollout and judge seconds, seconds per episode), kept beside the trainer checkpoints so a resumed
     run's record holds the steps before the kill; rewritten whole, atomically, after each step."""
 
     def __init__(self, path: Path) -> None:
