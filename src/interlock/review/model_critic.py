@@ -1,7 +1,8 @@
 """The model-backed public-input critic, beside the reading one: a model (through the generators'
 backend, ``generator=llm``) is shown what the solver sees, every public file with its lines
 numbered, and each criterion's text, and answers per criterion whether that material supports it,
-citing the file and line that does (:func:`~interlock.synthesis.authors.forms.critic_form`).
+citing the file and line that does (:func:`~interlock.synthesis.authors.forms.critic_form`):
+one of the lines it was shown (:func:`~interlock.synthesis.authors.prompts.critic_view`).
 
 It reports; it does not gate. Its answers are compared, criterion by criterion, with the reading
 critic's (:func:`~interlock.review.critic.support_problems`, whose verdict admits or refuses): the
@@ -20,7 +21,7 @@ from interlock.core.backend import ChatBackend
 from interlock.review.critic import support_problems
 from interlock.synthesis.authors.agents import Ask, AuthorSettings, Call, Refusal, ask
 from interlock.synthesis.authors.forms import Citation, critic_form
-from interlock.synthesis.authors.prompts import critic_prompt
+from interlock.synthesis.authors.prompts import critic_prompt, critic_view
 from interlock.synthesis.graph import CompletionGraph
 from interlock.synthesis.packs import TaskPack
 
@@ -33,17 +34,18 @@ def model_critic_rows(backend: ChatBackend, tasks: Iterable[tuple[CompletionGrap
     """One row per criterion of every task: what the reading critic and the model said, where the
     model pointed, and whether that line names the criterion's case or file."""
     tasks = list(tasks)
-    asks = []
+    asks, views = [], {}
     for _, pack in tasks:
         files = pack.public_files()
+        views[pack.task_id] = critic_view(files)
         form = critic_form([c.criterion_id for c in pack.rubric],
-                           {path: max(1, len(text.splitlines())) for path, text in files.items()})
+                           {path: max(1, len(shown)) for path, shown in views[pack.task_id].items()})
         asks.append(Ask(pack.task_id, critic_prompt(pack.task_id, files, pack.rubric, form), form))
     answers, calls = ask(backend, asks, settings)
     rows = []
     for graph, pack in tasks:
         unsupported = {p["criterion_id"] for p in support_problems(graph, pack)}
-        answer = answers[pack.task_id]
+        answer, view = answers[pack.task_id], views[pack.task_id]
         for criterion in pack.rubric:
             reading = criterion.criterion_id not in unsupported
             cited = None if isinstance(answer, Refusal) else answer[criterion.criterion_id]
@@ -52,7 +54,7 @@ def model_critic_rows(backend: ChatBackend, tasks: Iterable[tuple[CompletionGrap
                          "kind": criterion.kind, "reading": reading,
                          "model": None if cited is None else cited.supported,
                          "cited": f"{cited.path}:{cited.line}" if pointed else "",
-                         "cited_names_it": (_names(graph, criterion.node_ids, pack, cited) if pointed
+                         "cited_names_it": (_names(graph, criterion.node_ids, view, cited) if pointed
                                             else None),
                          "outcome": _outcome(reading, None if cited is None else cited.supported),
                          "refused": str(answer) if isinstance(answer, Refusal) else ""})
@@ -84,11 +86,13 @@ def _outcome(reading: bool, model: bool | None) -> str:
     return "reading_only" if reading else "model_only"
 
 
-def _names(graph: CompletionGraph, node_ids: tuple[str, ...], pack: TaskPack, cited: Citation) -> bool:
-    """Whether the cited line names what the criterion is about: a case of its decisions, a file
-    its effects write, or a clause it rests on (a criterion about the episode as a whole: any line)."""
-    text = pack.public_files().get(cited.path, "").splitlines()
-    line = text[cited.line - 1] if 0 < cited.line <= len(text) else ""
+def _names(graph: CompletionGraph, node_ids: tuple[str, ...], view: dict[str, list[str]],
+           cited: Citation) -> bool:
+    """Whether the cited line, as the critic was shown it, names what the criterion is about: a
+    case of its decisions, a file its effects write, or a clause it rests on (a criterion about the
+    episode as a whole: any line)."""
+    shown = view.get(cited.path, [])
+    line = shown[cited.line - 1] if 0 < cited.line <= len(shown) else ""
     names = set()
     for node_id in node_ids:
         node = graph.by_id.get(node_id)
