@@ -544,15 +544,16 @@ def test_the_critic_form_takes_a_citation_of_a_public_line_and_refuses_any_other
 def test_the_model_critic_may_cite_only_what_it_was_shown(clean_pack) -> None:
     """A public file longer than the critic is shown, whose only line naming a case lies past the
     cut: the critic is told lines are missing; a reply citing the unseen line is refused with the
-    reason (a critic pointing where it never looked is not reading), and a line that names the case
-    only past the characters it was shown does not count as naming it."""
+    reason (a critic pointing where it never looked is not reading), as is one citing a line of an
+    empty file, and a line that names the case only past the characters it was shown does not
+    count as naming it."""
     graph, pack = clean_pack
     case = graph.of_kind("decision")[0].attrs["case_id"]
     filler = [f"line {n} of the archive" for n in range(1, CRITIC_LINES + 30)]
     archive = [*filler[:CRITIC_LINES + 4], f"the case {case} is settled", *filler[CRITIC_LINES + 4:]]
     wide = "x" * CRITIC_LINE_CHARS + f" {case}"
     pack = replace(pack, files={**pack.files, "memos/archive.md": "\n".join(archive) + "\n",
-                                "memos/wide.md": wide + "\n"})
+                                "memos/wide.md": wide + "\n", "memos/empty.md": ""})
     assert critic_view(pack.files)["memos/archive.md"] == archive[:CRITIC_LINES]
 
     def citing(path: str, line: int) -> Completion:
@@ -562,13 +563,15 @@ def test_the_model_critic_may_cite_only_what_it_was_shown(clean_pack) -> None:
 
     unseen = CRITIC_LINES + 5
     assert archive[unseen - 1].endswith(f"{case} is settled")
-    backend = _Replies({pack.task_id: [citing("memos/archive.md", unseen), citing("memos/wide.md", 1)]})
+    backend = _Replies({pack.task_id: [citing("memos/archive.md", unseen), citing("memos/empty.md", 1),
+                                       citing("memos/wide.md", 1)]})
     rows, calls = model_critic_rows(backend, [(graph, pack)], SETTINGS)
     prompt = backend.sent[0].messages[1].content
     assert f"({len(archive) - CRITIC_LINES} more lines not shown)" in prompt and "is settled" not in prompt
-    assert [c.accepted for c in calls] == [False, True]
-    refusal = backend.sent[1].messages[-1].content
-    assert f"line {unseen} is not a line of memos/archive.md (1 to {CRITIC_LINES}" in refusal, refusal
+    assert [c.accepted for c in calls] == [False, False, True]
+    refusals = [backend.sent[n].messages[-1].content for n in (1, 2)]
+    assert f"line {unseen} is not a line of memos/archive.md (1 to {CRITIC_LINES}" in refusals[0], refusals
+    assert "line 1 is not a line of memos/empty.md" in refusals[1], refusals
     assert all(r["cited"] == "memos/wide.md:1" for r in rows)
     decided = [r for r in rows if any(case == graph.by_id[n].attrs.get("case_id")
                                       for n in _criterion(pack, r["criterion_id"]).node_ids

@@ -39,7 +39,7 @@ def model_critic_rows(backend: ChatBackend, tasks: Iterable[tuple[CompletionGrap
         files = pack.public_files()
         views[pack.task_id] = critic_view(files)
         form = critic_form([c.criterion_id for c in pack.rubric],
-                           {path: max(1, len(shown)) for path, shown in views[pack.task_id].items()})
+                           {path: len(shown) for path, shown in views[pack.task_id].items()})
         asks.append(Ask(pack.task_id, critic_prompt(pack.task_id, files, pack.rubric, form), form))
     answers, calls = ask(backend, asks, settings)
     rows = []
