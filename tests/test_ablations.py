@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import dvc.api
 import numpy as np
 import pandas as pd
 import pytest
@@ -51,7 +52,11 @@ def _dvc(repo: Path, *args: str) -> str:
 HALF_WRITTEN = "Expecting value"
 
 
-def _wait_for_the_queue(repo: Path) -> str:
+def _wait_for_the_queue(repo: Path, queued: int) -> str:
+    """`dvc queue status` once all ``queued`` experiments have ended. Not merely once none is
+    listed as queued or running: between two experiments the next one can be listed as neither
+    (seen on a busy machine), and DVC lists it at its queued commit, which holds the baseline's
+    metrics."""
     timeout = command_timeout()
     deadline = time.monotonic() + timeout
     status = ""
@@ -61,7 +66,8 @@ def _wait_for_the_queue(repo: Path) -> str:
         status = done.stdout + done.stderr
         if done.returncode != 0 and HALF_WRITTEN not in status:
             pytest.fail(f"dvc queue status failed:\n{status}")
-        if done.returncode == 0 and not any(word in status for word in ("Queued", "Running")):
+        ended = [line for line in status.splitlines() if line.split()[-1:] in (["Success"], ["Failed"])]
+        if done.returncode == 0 and len(ended) >= queued:
             return status
         time.sleep(3)
     pytest.fail(f"the DVC queue did not finish in {timeout} s:\n{status}")
@@ -84,14 +90,14 @@ def swept(smoke_repo, tmp_path_factory) -> Iterator[Path]:
     # run's (DVC's run cache): a sweep starts after the rollouts.
     sweeps = (("domains=d2,d4", ("judge=text", "synthesis=rst"), "breadth"),
               ("judge=agent,text", ("domains=d2", "scale.breadth_trajectories=2", "synthesis=rst"), "judge"))
-    for sweep, fixed, group in sweeps:
+    for sweep, fixed, group in sweeps:  # each sweep queues one experiment per value
         _dvc(repo, "exp", "run", "--queue", "-S", "experiment=smoke", "-S", sweep,
              *(arg for setting in fixed for arg in ("-S", setting)), "-S", f"tracking.group={group}")
     # the worker it starts lives on after the command: give it no pipe to hold open
     subprocess.run([str(BIN / "dvc"), "queue", "start"], cwd=repo, env=user_env(), stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, timeout=command_timeout(), check=True)
     try:
-        status = _wait_for_the_queue(repo)
+        status = _wait_for_the_queue(repo, sum(len(sweep.split(",")) for sweep, _, _ in sweeps))
         assert "Failed" not in status, status
         yield repo
     finally:  # a worker left behind would keep running experiments after the tests
@@ -397,10 +403,11 @@ TOY_PARAMS = {"seed": SEED, "eval": {"bootstrap": RESAMPLES, "confidence": 0.95}
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory) -> dict[str, Path]:
-    """A one-stage DVC pipeline in a real git repository with a DVC remote: a breadth sweep (d2,
-    d4) and a judge experiment (text) run with `dvc exp run`, one more queued and never run, the
-    sweep pushed (`dvc exp push`) to a bare git remote, and a clone of that remote that pulled the
-    experiments without their data (`dvc exp pull --no-cache`)."""
+    """A one-stage DVC pipeline in a real git repository with a DVC remote, its baseline run and
+    committed (metrics in git, as the pipeline's are): a breadth sweep (d2, d4) and a judge
+    experiment (text) run with `dvc exp run`, one more queued and never run (its commit holds the
+    baseline's metrics), the sweep pushed (`dvc exp push`) to a bare git remote, and a clone of
+    that remote that pulled the experiments without their data (`dvc exp pull --no-cache`)."""
     root = tmp_path_factory.mktemp("toy")
     repo, origin, clone = root / "repo", root / "origin.git", root / "clone"
     repo.mkdir()
@@ -412,6 +419,9 @@ def toy(tmp_path_factory) -> dict[str, Path]:
     _dvc(repo, "remote", "add", "-d", "store", str(root / "store"))
     _run([*GIT, "add", "-A"], repo)
     _run([*GIT, "commit", "-qm", "a one-stage pipeline"], repo)
+    _dvc(repo, "repro")
+    _run([*GIT, "add", "-A"], repo)
+    _run([*GIT, "commit", "-qm", "the baseline's run"], repo)
     _run(["git", "init", "-q", "--bare", str(origin)], root)
     _run(["git", "remote", "add", "origin", str(origin)], repo)
     _run(["git", "push", "-q", "origin", "HEAD"], repo)
@@ -426,6 +436,11 @@ def toy(tmp_path_factory) -> dict[str, Path]:
     return {"repo": repo, "clone": clone, "origin": origin}
 
 
+def _queued(repo: Path, name: str) -> str:
+    """The commit DVC's queue holds for the experiment ``name``."""
+    return next(row["rev"] for row in dvc.api.exp_show(repo=str(repo)) if row.get("Experiment") == name)
+
+
 def _at(repo: Path, rev: str, path: str) -> str:
     return _run(["git", "show", f"{rev}:{path}"], repo, stdout_only=True)
 
@@ -438,7 +453,10 @@ def _empty_remote(repo: Path, tmp_path: Path) -> None:
 def test_experiments_are_read_at_their_commits_as_dvc_exp_show_lists_them(toy) -> None:
     repo = toy["repo"]
     found = read_experiments(repo)
-    # finished experiments of HEAD, oldest first: the queued one, with nothing measured yet, is left out
+    # finished experiments of HEAD, oldest first: the queued one is left out, though its commit holds
+    # metrics (the baseline's)
+    queued = json.loads(_at(repo, _queued(repo, "waiting"), "metrics/evaluate.json"))
+    assert queued["models"] == ["base", "rft"]
     assert [e.name for e in found] == ["d2", "d4", "text"]
     assert "waiting" in _dvc(repo, "exp", "show", "--no-pager", "--csv")  # though DVC lists it
     for experiment in found:

@@ -4,11 +4,12 @@ against rti; recursive synthesis, base against rst; transfer against domain brea
 against text judge).
 
 A finished experiment is what ``dvc exp show`` lists under a baseline commit (``HEAD`` unless
-told otherwise), read through DVC's public API: :func:`dvc.api.exp_show` names the experiments and
-their commits, and :func:`dvc.api.read` reads each one's files at its commit: ``params.yaml`` says
-what it varied (``intervention``, ``synthesis``, ``domains``, ``judge``, ``train.seeds``, and its
-sweep, ``tracking.group``) and its ``metrics/*.json`` (committed: DVC does not cache them) hold
-what it measured, the same numbers that ``dvc exp show`` lists and W&B holds.
+told otherwise) and does not call queued, running or failed, read through DVC's public API:
+:func:`dvc.api.exp_show` names the experiments and their commits, and :func:`dvc.api.read` reads
+each one's files at its commit: ``params.yaml`` says what it varied (``intervention``,
+``synthesis``, ``domains``, ``judge``, ``train.seeds``, and its sweep, ``tracking.group``) and its
+``metrics/*.json`` (committed: DVC does not cache them) hold what it measured, the same numbers
+that ``dvc exp show`` lists and W&B holds.
 
 **Minimum detectable effect.** Every comparison states the smallest true difference the run
 would detect (95% confidence, 80% power; :func:`~interlock.evaluation.metrics.minimum_detectable_effect`),
@@ -107,11 +108,16 @@ class Experiment:
         return (self.params.get("synthesis") or {}).get("name") or "base"
 
 
+#: the states ``dvc exp show`` gives a finished experiment: none (run by ``dvc exp run`` itself)
+#: or ``Success`` (run from the queue)
+FINISHED_STATES = (None, "Success")
+
+
 def _listed(repo: Path, revs: str | Sequence[str] | None) -> list[tuple[str, str]]:
-    """(name, commit) of every experiment ``dvc exp show`` lists under the baselines ``revs``
-    (``HEAD`` when None), each baseline's oldest first (DVC lists the newest first). A queued or
-    failed one is listed at its commit in DVC's queue, which holds no metrics: the caller leaves
-    it out with every other experiment that has none."""
+    """(name, commit) of every finished experiment ``dvc exp show`` lists under the baselines
+    ``revs`` (``HEAD`` when None), each baseline's oldest first (DVC lists the newest first). A
+    queued, running or failed one is left out: DVC lists it at the commit it was queued from, whose
+    metrics are its baseline's (git holds them), not its own."""
     if not (repo / ".dvc").is_dir():  # else DVC would take the path for a URL to clone
         raise InterlockError("not the root of a DVC repository (no .dvc folder)", file=str(repo))
     baselines = [revs] if isinstance(revs, str) else list(revs) if revs else None
@@ -125,7 +131,7 @@ def _listed(repo: Path, revs: str | Sequence[str] | None) -> list[tuple[str, str
         if row.get("typ") == "baseline":  # a baseline row starts the next baseline's experiments
             listed += reversed(batch)
             batch = []
-        elif row.get("Experiment") and row.get("rev"):
+        elif row.get("Experiment") and row.get("rev") and row.get("State") in FINISHED_STATES:
             batch.append((str(row["Experiment"]), str(row["rev"])))
     listed += reversed(batch)
     return list(dict.fromkeys(listed))  # a baseline given twice (HEAD and its branch) is listed twice
@@ -165,9 +171,9 @@ def read_experiments(repo: Path | str, group: str | None = None,
                      revs: str | Sequence[str] | None = None) -> list[Experiment]:
     """Every finished experiment of ``repo`` that ``dvc exp show`` lists under the baseline
     commits ``revs`` (``HEAD`` when None; a branch, tag or commit, or several), of the sweep
-    ``group`` only when given, each baseline's oldest first; one without its evaluate metrics (it
-    failed before evaluating) is left out. The paths are read from each experiment's own
-    ``params.yaml`` (an older layout reads as well)."""
+    ``group`` only when given, each baseline's oldest first; one still queued or running, one
+    that failed, and one without its evaluate metrics are left out. The paths are read from each
+    experiment's own ``params.yaml`` (an older layout reads as well)."""
     repo = Path(repo)
     experiments = []
     for name, rev in _listed(repo, revs):
