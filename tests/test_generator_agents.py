@@ -573,14 +573,10 @@ def test_the_model_critic_may_cite_only_what_it_was_shown(clean_pack) -> None:
     assert f"line {unseen} is not a line of memos/archive.md (1 to {CRITIC_LINES}" in refusals[0], refusals
     assert "line 1 is not a line of memos/empty.md" in refusals[1], refusals
     assert all(r["cited"] == "memos/wide.md:1" for r in rows)
+    nodes = {c.criterion_id: c.node_ids for c in pack.rubric}
     decided = [r for r in rows if any(case == graph.by_id[n].attrs.get("case_id")
-                                      for n in _criterion(pack, r["criterion_id"]).node_ids
-                                      if n in graph.by_id)]
+                                      for n in nodes[r["criterion_id"]] if n in graph.by_id)]
     assert decided and not any(r["cited_names_it"] for r in decided)
-
-
-def _criterion(pack, criterion_id):
-    return next(c for c in pack.rubric if c.criterion_id == criterion_id)
 
 
 def test_the_model_critic_over_http_is_compared_with_the_reading_critic(catalog, tmp_path) -> None:
