@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,7 +34,7 @@ from interlock.analysis.ablations import (
 from interlock.core.errors import InterlockError
 from interlock.evaluation.metrics import Resampling, paired_delta, seed_noise, summarize_pool
 
-from helpers.repo import BIN, command_timeout, user_env
+from helpers.repo import BIN, command_timeout
 from helpers.repo import run as _run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,35 +45,10 @@ def _dvc(repo: Path, *args: str) -> str:
     return _run([str(BIN / "dvc"), *args], repo)
 
 
-#: what `dvc queue status` says when it reads a task's info file while its worker is writing it
-#: (seen on a busy machine): a poll to try again, not a failure of the queue
-HALF_WRITTEN = "Expecting value"
-
-
-def _wait_for_the_queue(repo: Path, queued: int) -> str:
-    """`dvc queue status` once all ``queued`` experiments have ended. Not merely once none is
-    listed as queued or running: between two experiments the next one can be listed as neither
-    (seen on a busy machine), and DVC lists it at its queued commit, which holds the baseline's
-    metrics."""
-    timeout = command_timeout()
-    deadline = time.monotonic() + timeout
-    status = ""
-    while time.monotonic() < deadline:
-        done = subprocess.run([str(BIN / "dvc"), "queue", "status"], cwd=repo, env=user_env(),
-                              capture_output=True, text=True, timeout=timeout)
-        status = done.stdout + done.stderr
-        if done.returncode != 0 and HALF_WRITTEN not in status:
-            pytest.fail(f"dvc queue status failed:\n{status}")
-        ended = [line for line in status.splitlines() if line.split()[-1:] in (["Success"], ["Failed"])]
-        if done.returncode == 0 and len(ended) >= queued:
-            return status
-        time.sleep(3)
-    pytest.fail(f"the DVC queue did not finish in {timeout} s:\n{status}")
-
-
 @pytest.fixture(scope="module")
 def swept(smoke_repo, tmp_path_factory) -> Iterator[Path]:
-    """A copy of the smoke run, committed, with both sweeps queued and run by `dvc queue start`."""
+    """A copy of the smoke run, committed, with both sweeps queued and run as the README says:
+    `interlock run-queue` (DVC's queue worker, started again where it stops early)."""
     repo = tmp_path_factory.mktemp("sweeps") / "repo"
     shutil.copytree(smoke_repo, repo, ignore=shutil.ignore_patterns("wandb"))
     _run([*GIT, "add", "-A"], repo)
@@ -93,12 +66,9 @@ def swept(smoke_repo, tmp_path_factory) -> Iterator[Path]:
     for sweep, fixed, group in sweeps:  # each sweep queues one experiment per value
         _dvc(repo, "exp", "run", "--queue", "-S", "experiment=smoke", "-S", sweep,
              *(arg for setting in fixed for arg in ("-S", setting)), "-S", f"tracking.group={group}")
-    # the worker it starts lives on after the command: give it no pipe to hold open
-    subprocess.run([str(BIN / "dvc"), "queue", "start"], cwd=repo, env=user_env(), stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, timeout=command_timeout(), check=True)
     try:
-        status = _wait_for_the_queue(repo, sum(len(sweep.split(",")) for sweep, _, _ in sweeps))
-        assert "Failed" not in status, status
+        ran = _run([str(BIN / "interlock"), "run-queue"], repo)
+        assert "4 experiments succeeded" in ran, ran
         yield repo
     finally:  # a worker left behind would keep running experiments after the tests
         _run([str(BIN / "dvc"), "queue", "stop", "--kill"], repo, check=False)

@@ -42,6 +42,7 @@ from dvc.exceptions import DvcException, PathMissingError
 from dvc_data.index import DataIndexError
 from matplotlib.figure import Figure
 
+from interlock.analysis.queue import require_dvc_root
 from interlock.analysis.report import BAR_METRICS, COLORS, TABLE_METRICS, comparison_frame
 from interlock.core import schemas
 from interlock.core.errors import InterlockError
@@ -118,8 +119,7 @@ def _listed(repo: Path, revs: str | Sequence[str] | None) -> list[tuple[str, str
     ``revs`` (``HEAD`` when None), each baseline's oldest first (DVC lists the newest first). A
     queued, running or failed one is left out: DVC lists it at the commit it was queued from, whose
     metrics are its baseline's (git holds them), not its own."""
-    if not (repo / ".dvc").is_dir():  # else DVC would take the path for a URL to clone
-        raise InterlockError("not the root of a DVC repository (no .dvc folder)", file=str(repo))
+    require_dvc_root(repo)
     baselines = [revs] if isinstance(revs, str) else list(revs) if revs else None
     try:
         rows = dvc.api.exp_show(repo=str(repo), revs=baselines)

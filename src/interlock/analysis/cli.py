@@ -5,6 +5,7 @@
     interlock [--data DIR] show TASK_ID
     interlock [--data DIR] draw TASK_ID -o FILE.png
     interlock params [-S GROUP=OPTION ...]
+    interlock run-queue [--repo DIR] [--grace SECONDS] [--timeout SECONDS]
     interlock collect [--group NAME] [-o DIR]
     interlock [--data DIR] export tasks --format harbor -o DIR [--pool POOL] [--limit N]
     interlock [--data DIR] export trajectories --format atif -o DIR
@@ -75,6 +76,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--conf", type=Path, default=Path("conf"), help="config directory (default: conf)")
     p.add_argument("--output", type=Path, default=Path("params.yaml"), help="default: params.yaml")
     p.set_defaults(run=cmd_params)
+
+    p = sub.add_parser("run-queue", help="run the queued DVC experiments (a sweep) to the end, "
+                                         "starting DVC's queue worker again where it stops early")
+    p.add_argument("--repo", type=Path, default=Path("."), help="repository (default: .)")
+    p.add_argument("--grace", type=float, default=60.0, metavar="SECONDS",
+                   help="how long experiments may wait with none running before the worker is started "
+                        "again (default: 60)")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="give up after this long, naming what has not ended (default: wait)")
+    p.set_defaults(run=cmd_run_queue)
 
     p = sub.add_parser("collect", help="compare finished DVC experiments (a sweep): table and plots")
     p.add_argument("--group", metavar="NAME", help="only the experiments of this sweep (tracking.group)")
@@ -261,6 +272,23 @@ def cmd_params(args: argparse.Namespace, console: Console) -> None:
     choices = ", ".join(f"{group}={params[group]['name']}" for group in ("scale", "domains", "backbone")
                         if group in params)
     console.print(f"wrote {escape(str(args.output))} ({choices})")
+
+
+def cmd_run_queue(args: argparse.Namespace, console: Console) -> None:
+    from interlock.analysis.queue import run_queue
+
+    def restarted(waiting) -> None:
+        console.print(f"DVC's queue worker stopped with {len(waiting)} experiments still to run "
+                      f"({escape(', '.join(entry.label for entry in waiting))}): started it again")
+
+    ran = run_queue(args.repo, grace=args.grace, timeout=args.timeout, on_restart=restarted)
+    if not ran.succeeded and not ran.failed:
+        console.print("no experiment is queued: queue a sweep with `dvc exp run --queue -S ...`")
+        return
+    console.print(f"{len(ran.succeeded)} experiments succeeded: {escape(', '.join(ran.succeeded) or '-')}")
+    if ran.failed:
+        raise InterlockError(f"{len(ran.failed)} experiments failed: {', '.join(ran.failed)} "
+                             f"(`dvc queue logs NAME` says why)")
 
 
 def cmd_collect(args: argparse.Namespace, console: Console) -> None:
