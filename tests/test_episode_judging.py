@@ -24,15 +24,12 @@ from interlock.core.io import loads, read_rows, write_row_groups
 from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
 from interlock.judging.judges import JudgeContext
-from interlock.judging.stage import run_accept, run_judge
+from interlock.judging.stage import replayed_row, run_accept, run_judge
 from interlock.judging.verdicts import REPLAY_FAILED, accepted
 from interlock.rollout.engine import (
     RolloutLimits,
-    WorkspaceEnvironment,
     assistant_message,
     reenact,
-    reenacted_trajectory,
-    run_episodes,
 )
 from interlock.rollout.forgeries import FORGERIES
 from interlock.rollout.runs import scripted_rollouts
@@ -42,57 +39,21 @@ from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.checks import View, run_check
 from interlock.synthesis.graph import build_graph
 from interlock.synthesis.kinds.effects import REGISTER_PATH, Realization
-from interlock.synthesis.oracle import reference_writes
 from interlock.synthesis.packs import compile_pack
 from interlock.synthesis.tasks import TaskContext
 from interlock.synthesis.workspace import MemoryStore, execute, parse_csv, parse_jsonl
 
 from helpers.artifacts import write_packs
+from helpers.episodes import oracle_writes, play_turns
 
 RULES = RolloutLimits().episode
 
 
-class Played:
-    """A backend that plays fixed turns per episode (the turns of a plan made in the test)."""
-
-    name = "played"
-
-    def __init__(self, plans: dict[str, list[tuple[str, list[ToolCall]]]]) -> None:
-        self.plans = plans
-
-    def begin(self, key, task) -> None:
-        pass
-
-    def complete(self, requests):
-        from interlock.core.backend import Completion
-
-        out = []
-        for request in requests:
-            turn = sum(m.role == "assistant" for m in request.messages)
-            plan = self.plans[request.key]
-            content, calls = plan[turn] if turn < len(plan) else ("", [])
-            out.append(Completion(render_turn(content, calls)))
-        return out
-
-    def end(self, key) -> None:
-        pass
-
-
-def _writes(context: TaskContext) -> list[ToolCall]:
-    return [r.tool_call() for group in reference_writes(context.graph) for r in group]
-
-
 def play(contexts: list[TaskContext], edit, workdir: Path) -> list[Trajectory]:
     """The oracle's turns with its writes passed through ``edit`` (calls -> calls) first."""
-    from interlock.rollout.engine import Episode
-
-    plans, episodes = {}, []
-    for context in contexts:
-        key = f"played-{context.task_id}"
-        plans[key] = [look_turn(context), *decision_turns(context, edit(context, _writes(context))),
-                      (DONE, [SUBMIT])]
-        episodes.append(Episode(key, context, context.pack.domain_id, context.pack.pool, "played", 0, 0))
-    return list(run_episodes(episodes, Played(plans), RolloutLimits(), workdir))
+    plans = {f"played-{c.task_id}": (c, [look_turn(c), *decision_turns(c, edit(c, oracle_writes(c))),
+                                         (DONE, [SUBMIT])]) for c in contexts}
+    return play_turns(plans, workdir)
 
 
 def _accepts(judge, trajectories: list[Trajectory], contexts: list[TaskContext]) -> list[bool]:
@@ -118,20 +79,20 @@ def test_a_forged_record_fails_every_criterion_and_trains_as_the_honest_one(name
     for judgement in judged:
         assert not any(judgement.passed.values())
         assert all(v["evidence"].startswith(REPLAY_FAILED) for v in judgement.verdicts)
-        assert re.search(r"message \d+|recorded as ending|records (turns|tool_calls|invalid_calls)",
-                         judgement.verdicts[0]["evidence"]), judgement.verdicts[0]["evidence"]
+        where = r"message \d+|recorded (as ending|with domain_id)|records (turns|tool_calls|invalid_calls)"
+        assert re.search(where, judgement.verdicts[0]["evidence"]), judgement.verdicts[0]["evidence"]
         assert not any(judgement.compiled.values())  # a forged record is true of nothing
     assert all(_accepts(agent_judge, oracle, contexts))
-    for number, (fake, honest, context) in enumerate(zip(forged, oracle, contexts, strict=True)):
-        again = reenacted_trajectory(fake, WorkspaceEnvironment(context.pack, tmp_path / str(number)), RULES)
-        assert again.to_row() == honest.to_row()
+    for fake, honest, context in zip(forged, oracle, contexts, strict=True):
+        assert replayed_row(fake, context.pack, RULES) == honest.to_row()  # what accept would write
 
 
 def test_accept_writes_the_replayed_episode_whichever_judge_accepted_it(tasks, contexts, oracle, tmp_path):
     """The credulous text judge accepts forged records; what ``accept`` writes, and so what is
     trained on, is still what the environment produced for the policy's own turns."""
-    forged = [FORGERIES[name](t, c) for name in ("policy_observation_replaced", "user_turn_inserted")
-              for t, c in zip(oracle, contexts, strict=True)]
+    names = ("policy_observation_replaced", "user_turn_inserted")
+    forged = [dataclasses.replace(FORGERIES[name](t, c), rollout_id=f"{name}-{t.rollout_id}")
+              for name in names for t, c in zip(oracle, contexts, strict=True)]
     packs_dir, table, judged, out = (tmp_path / n for n in ("packs", "trajectories.parquet", "judge",
                                                             "accepted.parquet"))
     write_packs(packs_dir, [pack for *_, pack in tasks])
@@ -142,7 +103,8 @@ def test_accept_writes_the_replayed_episode_whichever_judge_accepted_it(tasks, c
     assert agent["accepted"] == 0
     text = run_accept(table, judged, [packs_dir], out, judge="text")[0]
     assert text["accepted"] == len(forged)
-    honest = {t.rollout_id: t.to_row() for t in oracle}
+    honest = {f"{name}-{t.rollout_id}": dataclasses.replace(t, rollout_id=f"{name}-{t.rollout_id}").to_row()
+              for name in names for t in oracle}
     assert read_rows(out, schemas.TRAJECTORIES) == [honest[t.rollout_id] for t in forged]
 
 
@@ -361,7 +323,7 @@ def test_a_path_the_agent_did_not_write_is_never_the_one_changed(path, settlemen
 
 def _oracle_final(context: TaskContext):
     store = MemoryStore(context.pack.files)
-    for call in _writes(context):
+    for call in oracle_writes(context):
         assert execute(store, call).ok
     return store, store.contents
 
@@ -378,7 +340,7 @@ def test_what_the_record_tools_write_reads_back_as_sent(value, settlement):
     readable by the project's own reader, with that value read back exactly (it fails its own
     check, if it has one, and nothing else)."""
     store, _ = _oracle_final(settlement)
-    payments = next(c.arguments["path"] for c in _writes(settlement) if _payment(c))
+    payments = next(c.arguments["path"] for c in oracle_writes(settlement) if _payment(c))
     before_csv, before_jsonl = parse_csv(store.read(REGISTER_PATH))[1], parse_jsonl(store.read(payments))
     assert execute(store, ToolCall("append_record", {"path": REGISTER_PATH, "record": {
         "case_id": "X-1", "outcome": value, "basis": "P-1"}})).ok
@@ -396,7 +358,7 @@ def test_the_record_tools_refuse_values_that_are_not_text(value, settlement):
     """A value that is not text would have to be rewritten into some text (``3.9e2`` into
     ``390.0``); the tools refuse it, saying what to send, and change nothing."""
     store, final = _oracle_final(settlement)
-    payments = next(c.arguments["path"] for c in _writes(settlement) if _payment(c))
+    payments = next(c.arguments["path"] for c in oracle_writes(settlement) if _payment(c))
     for call in (ToolCall("append_record", {"path": payments, "record": {"case_id": "X", "amount": value}}),
                  ToolCall("append_record", {"path": REGISTER_PATH, "record": {"outcome": value}}),
                  ToolCall("update_record", {"path": settlement.domain.case.table,

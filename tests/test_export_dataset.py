@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import subprocess
 
 import pyarrow as pa
@@ -139,13 +140,16 @@ def test_a_value_that_would_not_read_back_as_written_is_left_out_and_named(oracl
 def test_a_row_of_an_excluded_pool_or_a_heldout_domain_is_refused(oracle, catalog, tmp_path) -> None:
     first = oracle[0]
     heldout = next(d.id for d in catalog.domains if d.split == "heldout")
-    for name, trajectory, error in (("pool", dataclasses.replace(first, pool="dev"), "pool 'dev'"),
-                                    ("domain", dataclasses.replace(first, domain_id=heldout),
-                                     "not a training domain")):
+    pool = dataclasses.replace(first, pool="dev", rollout_id="dev.a0")
+    domain = dataclasses.replace(first, domain_id=heldout, rollout_id="held.a0")
+    for name, trajectory, error in (("pool", pool, "pool: 'dev' is no trained pool"),
+                                    ("domain", domain, "domain_id: .* is no training domain")):
         paths = _artifacts(tmp_path / name, [_training_row(first), _training_row(trajectory)])
-        with pytest.raises(InterlockError, match=error):
-            export_training_set(paths, tmp_path / f"{name}-out", repo=REPO)
-        assert not (tmp_path / f"{name}-out").exists()  # nothing half-written
+        result = export_training_set(paths, tmp_path / f"{name}-out", repo=REPO)
+        assert result.contents.rows == 1  # the other row is written
+        [left] = result.contents.left_out
+        assert left.rollout_id == trajectory.rollout_id and re.search(error, left.reason), left
+        assert trajectory.rollout_id in (tmp_path / f"{name}-out" / CARD).read_text()
 
 
 def test_the_card_names_the_sources_the_exclusions_and_the_run(training_set, exported) -> None:

@@ -21,7 +21,7 @@ from interlock.core.io import read_rows
 from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
 from interlock.models.openai_backend import OpenAIBackend
-from interlock.review import author_faults
+from interlock.review import author_faults, static
 from interlock.review.author_faults import REVIEWS, author_fault_controls, case_outcomes, reviewed
 from interlock.review.model_critic import OUTCOMES, agreement, model_critic_rows
 from interlock.review.scripted_author import FAULTS, RECOVERS, ScriptedAuthor
@@ -62,6 +62,7 @@ REFUSED = {
     "malformed": "not one JSON object",
     "endless": "cut off",
     "addressed": "addresses whoever reviews or grades the task",
+    "beyond_contract": "asks for work the contract does not require",
 }
 
 
@@ -275,6 +276,18 @@ def test_the_author_fault_controls_count_each_class_and_show_what_a_blinded_revi
     blind = author_fault_controls(domains, catalog, size=SMALL, seed=3)["classes"]
     assert blind["outcome_leaked"]["recall"] == blind["addressed"]["recall"] == 0.0
     assert blind["deliverable_missing"]["recall"] == blind["index_misplaced"]["recall"] == 1.0
+
+
+def test_only_the_request_scope_reading_refuses_an_author_that_asks_beyond_the_contract(
+        catalog, monkeypatch) -> None:
+    """The ``beyond_contract`` author's tasks pass every other review: with the request's scope
+    unread, all of them are admitted; read, none is, and no clean paraphrase is refused."""
+    domains = catalog.split("train")[:3]
+    read = author_fault_controls(domains, catalog, size=SMALL, seed=4)["classes"]
+    assert (read["beyond_contract"]["recall"], read["clean"]["refused"]) == (1.0, 0)
+    monkeypatch.setattr(static, "scope_problems", lambda *_: [])
+    unread = author_fault_controls(domains, catalog, size=SMALL, seed=4)["classes"]
+    assert (unread["beyond_contract"]["refused"], unread["beyond_contract"]["recall"]) == (0, 0.0)
 
 
 def test_clean_paraphrases_of_every_decision_kind_are_admitted_and_the_oracle_solves_them(

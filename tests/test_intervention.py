@@ -37,34 +37,12 @@ from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.kinds.effects import realizations, register_entry
 from interlock.synthesis.workspace import MemoryStore
 
+from helpers.episodes import Played
+
 LIMITS = RolloutLimits(max_turns=12)
 CONFIG = InterventionConfig(name="rti", critic="scripted", corrector="scripted",
                             filter=ShiftFilterConfig(quantile=1.0, slack=10.0), weight_cap=1.0,
                             mask="corrected", critic_max_new_tokens=64)
-
-
-class PlannedBackend:
-    """Plays fixed turns per episode (the rollouts a test plants its mistakes in)."""
-
-    name = "planned"
-
-    def __init__(self, plans: dict[str, list]) -> None:
-        self.plans = plans
-
-    def begin(self, key, task) -> None:
-        pass
-
-    def complete(self, requests: list[ChatRequest]) -> list[Completion]:
-        out = []
-        for request in requests:
-            plan = self.plans[request.key]
-            turn = sum(m.role == "assistant" for m in request.messages)
-            content, calls = plan[turn] if turn < len(plan) else ("", [])
-            out.append(Completion(render_turn(content, calls)))
-        return out
-
-    def end(self, key) -> None:
-        pass
 
 
 def _diagnosed(contexts, plans: dict[str, list], workdir) -> list[tuple[Trajectory, object]]:
@@ -75,7 +53,7 @@ def _diagnosed(contexts, plans: dict[str, list], workdir) -> list[tuple[Trajecto
     tasks = {key: by_id[key.split("@")[0]] for key in plans}
     episodes = [Episode(key, task, task.domain.id, "rft", "planned", 0, 0) for key, task in tasks.items()]
     return [(t, diagnose(t.messages, tasks[t.rollout_id]))
-            for t in run_episodes(episodes, PlannedBackend(plans), LIMITS, workdir)]
+            for t in run_episodes(episodes, Played(plans), LIMITS, workdir)]
 
 
 def _wrong_decision_plan(task, k: int) -> list | None:

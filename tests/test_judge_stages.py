@@ -7,6 +7,7 @@ work; the work plus collateral damage), so every verdict is known.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -25,7 +26,7 @@ from interlock.core.paths import Paths
 from interlock.judging.judges import JudgeContext
 from interlock.judging.stage import run_accept, run_judge
 from interlock.recursive.stage import run_grow
-from interlock.rollout.runs import scripted_rollouts
+from interlock.rollout.runs import RolloutPlan, episode_seed, scripted_rollouts
 from interlock.synthesis.tasks import TaskContext
 
 from helpers.artifacts import write_packs
@@ -35,9 +36,13 @@ REPO = Path(__file__).resolve().parents[1]
 POLICIES = ("oracle", "noisy", "claim_only", "collateral_damage")
 
 
-def _write_pool(paths: Paths, tasks: list, policies: tuple[str, ...] = POLICIES) -> list[dict]:
+def _write_pool(paths: Paths, tasks: list, policies: tuple[str, ...] = POLICIES, *,
+                as_run: bool = True) -> list[dict]:
     """The tasks' packs, and their scripted rollouts in two row groups; recursive synthesis's
-    (empty) grown pool, which the judging stages read beside the packs."""
+    (empty) grown pool, which the judging stages read beside the packs. ``as_run``: each rollout
+    labelled as the run's rollouts stage labels its episodes, the scripted solver's index in
+    ``policies`` as its attempt (what ``accept`` checks); else by its solver (what the judge's
+    per-policy error rates are about)."""
     base = yaml.safe_load((REPO / "conf" / "synthesis" / "base.yaml").read_text())
     run_grow(paths, None, SynthesisConfig.model_validate(base), 0)
     write_packs(paths.packs, [pack for *_, pack in tasks])
@@ -45,6 +50,12 @@ def _write_pool(paths: Paths, tasks: list, policies: tuple[str, ...] = POLICIES)
     with tempfile.TemporaryDirectory() as workdir:
         made = scripted_rollouts(contexts, policies, seed=0, workdir=Path(workdir), skip_effect=1.0,
                                  ignore_coupling=0.0)
+    plan = RolloutPlan.of(load_params(paths.data.parent / "params.yaml"))  # as _paths wrote it
+    if as_run:
+        made = [dataclasses.replace(t, rollout_id=f"{t.task_id}.a{policies.index(t.policy)}",
+                                    attempt=policies.index(t.policy), policy=plan.policy,
+                                    seed=episode_seed(plan.seed, t.task_id, policies.index(t.policy)))
+                for t in made]
     trajectories = [t.to_row() for t in made]
     half = len(trajectories) // 2
     # the same rollouts stand in for the review's validation pool (the judges' calibration pool)
@@ -68,20 +79,31 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def _paths(root: Path, overrides: list[str]) -> Paths:
-    """Write ``root/params.yaml`` (the smoke experiment at breadth d4 and ``overrides``); its paths
-    under ``root``."""
-    write_params(REPO / "conf", root / "params.yaml", ["experiment=smoke", "domains=d4", *overrides])
+    """Write ``root/params.yaml`` (the smoke experiment at breadth d4, an attempt per solver of
+    the pool, and ``overrides``); its paths under ``root``."""
+    overrides = ["experiment=smoke", "domains=d4", f"scale.rollouts.attempts={len(POLICIES)}", *overrides]
+    write_params(REPO / "conf", root / "params.yaml", overrides)
     return load_params(root / "params.yaml").paths.under(root)
+
+
+def _project(tasks, root: Path, *, as_run: bool) -> Path:
+    """A working copy with the pipeline, the stage scripts, params.yaml and a rollout pool."""
+    shutil.copytree(REPO / "stages", root / "stages", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "dvc.yaml", root / "dvc.yaml")
+    _write_pool(_paths(root, []), tasks, as_run=as_run)
+    return root
 
 
 @pytest.fixture(scope="module")
 def project(tasks, tmp_path_factory) -> Path:
-    """A working copy with the pipeline, the stage scripts, params.yaml and a rollout pool."""
-    root = tmp_path_factory.mktemp("judging")
-    shutil.copytree(REPO / "stages", root / "stages", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(REPO / "dvc.yaml", root / "dvc.yaml")
-    _write_pool(_paths(root, []), tasks)
-    return root
+    """Its rollouts labelled by their solvers."""
+    return _project(tasks, tmp_path_factory.mktemp("judging"), as_run=False)
+
+
+@pytest.fixture(scope="module")
+def run_project(tasks, tmp_path_factory) -> Path:
+    """Its rollouts labelled as the run's rollouts stage labels them."""
+    return _project(tasks, tmp_path_factory.mktemp("accepting"), as_run=True)
 
 
 def test_the_judge_stage_writes_both_judges_verdicts_deterministically(project: Path, tasks,
@@ -117,8 +139,9 @@ def test_the_judge_stage_writes_both_judges_verdicts_deterministically(project: 
 
 
 @pytest.mark.parametrize(("judge", "policies"), [("agent", {"oracle"}), ("text", set(POLICIES))])
-def test_the_accept_stage_uses_the_configured_judge(project: Path, tasks, judge: str,
+def test_the_accept_stage_uses_the_configured_judge(run_project: Path, tasks, judge: str,
                                                     policies: set[str]) -> None:
+    project = run_project
     paths = load_params(project / "params.yaml").paths.under(project)
     if not paths.judgements.exists():
         _stage(project, "judge")
@@ -127,7 +150,7 @@ def test_the_accept_stage_uses_the_configured_judge(project: Path, tasks, judge:
                                                                           "graders": ["agent", "text"]}
     out = _stage(project, "accept")
     accepted = read_rows(paths.accepted_table, schemas.TRAJECTORIES)
-    assert {r["policy"] for r in accepted} == policies
+    assert {POLICIES[r["attempt"]] for r in accepted} == policies
     assert len(accepted) == len(tasks) * len(policies)
     metrics = json.loads(paths.metrics_of("accept").read_text())
     assert metrics["judge"] == judge and metrics["accepted"] == len(accepted)

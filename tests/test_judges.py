@@ -447,14 +447,19 @@ def test_the_text_judges_model_reads_the_forgery_quoted(packs, rollouts) -> None
     assert "<|im_start|>" not in prompt and "\nVERDICT: PASS" not in prompt
 
 
+#: the forgery in words alone: with a chat template's control text in it, the judge refuses the
+#: episode before any model reads it (tests/test_control_text.py)
+FORGED_WORDS = FORGED.replace("<|im_end|>\n<|im_start|>system", "SYSTEM:")
+
+
 def test_the_agent_judges_model_reads_the_workspace_quoted(contexts, packs, tmp_path: Path) -> None:
     """The agent writes the forgery into a file: it reaches the model's review through the diff
     and through read_file, quoted both times, and a verdict inside it is never the judge's."""
     pack = packs[0]
-    note = ToolCall("write_file", {"path": "out/notes.txt", "content": FORGED})
+    note = ToolCall("write_file", {"path": "out/notes.txt", "content": FORGED_WORDS})
     noting = Edited("oracle", lambda task, turns: [*turns[:-1], ("", [note]), turns[-1]])
     trajectory = play(contexts[0], noting, tmp_path, "noted")
-    assert trajectory.final_files["out/notes.txt"] == FORGED
+    assert trajectory.final_files["out/notes.txt"] == FORGED_WORDS
 
     def reply(request: ChatRequest) -> str:
         if request.messages[-1].role == "user":

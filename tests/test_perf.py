@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from interlock.judging import boundary, sandbox
-from interlock.rollout.forgeries import FORGERIES
-from interlock.rollout.scripted import ADVERSARIES
+from interlock.rollout.forgeries import FORGERIES, PLAN_FORGERIES, ROW_FORGERIES
+from interlock.rollout.scripted import ADVERSARIES, BENIGN
 
 from helpers.repo import REPO, run
 
@@ -99,6 +99,15 @@ def test_the_abuse_suite_accepts_only_the_oracle_and_rejects_no_correct_work(tmp
     assert f"| {ADVERSARIES[-1]} | 2 | 0 |" in printed and "| false-reject rate |" in printed
     assert list(result["forged"]) == list(FORGERIES)
     assert all(row == {"rollouts": 2, "agent": 0, "text": 2} for row in result["forged"].values())
+    rows = result["rows"]
+    assert list(rows) == ["honest", *ROW_FORGERIES, *PLAN_FORGERIES]
+    assert rows["honest"] == {"rows": 2, "agent": 2, "text": 2}
+    assert all(row == {"rows": 2, "agent": 0, "text": 0} for name, row in rows.items() if name != "honest")
+    packs = result["packs"]
+    assert packs["template"] == {"tasks": 2, "admitted": 2, "refused_by_its_review": 0}
+    assert all(row["admitted"] == 0 and row["refused_by_its_review"] == row["tasks"] > 0
+               for name, row in packs.items() if name != "template")
+    assert all(rejects[name] == {"rollouts": 2, "agent": 0, "text": 0} for name in BENIGN)
 
 
 def test_episode_attacks_finds_none_passing_on_this_checkout(tmp_path) -> None:

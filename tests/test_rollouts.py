@@ -103,9 +103,10 @@ def test_abuse_is_contained_and_never_accepted(tasks, tmp_path, policy, agent_ju
     by_task = {c.task_id: c for c in contexts}
     judgements = agent_judge.judge([(t, by_task[t.task_id].pack) for t in trajectories])
     assert not [j.rollout_id for j in judgements if accepted(j.passed, by_task[j.task_id].pack.rubric)]
-    # the truth of the final state (one attack leaves the oracle's: its damage is undone before the end,
-    # and only the judge's replay of the episode sees it)
-    if policy != "tamper_and_restore":
+    # the truth of the final state (three attacks leave the oracle's: one undoes its damage before the
+    # end, and only the judge's replay of the episode sees it; two write control text, which only the
+    # judge's reading of the policy's words refuses)
+    if policy not in ("tamper_and_restore", "control_text", "control_echo"):
         assert not [t.rollout_id for t in trajectories if _accepted(t, by_task[t.task_id])]
 
 

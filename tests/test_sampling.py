@@ -257,7 +257,9 @@ def test_a_breadth_draws_from_both_sources_at_the_same_count(rti_tables, tmp_pat
     assert list(larger["per_domain"])[:3] == list(with_rti["per_domain"])  # still nested
 
 
-def test_an_inconsistent_correction_is_an_error(base_row, tmp_path: Path) -> None:
+def test_an_inconsistent_correction_is_left_out_with_its_reason(base_row, tmp_path: Path) -> None:
+    """A kept correction the intervene stage would not write is refused, its row and field named,
+    and the rest of the training set is still written."""
     rows = [_relabel(base_row, 0, i) for i in range(2)]
     _write_halves(tmp_path / "rollouts.parquet", rows, schemas.TRAJECTORIES)
     _write_halves(tmp_path / "accepted.parquet", rows[:1], schemas.TRAJECTORIES)
@@ -269,7 +271,13 @@ def test_an_inconsistent_correction_is_an_error(base_row, tmp_path: Path) -> Non
              "not in the rollouts table": _intervention(_relabel(base_row, 5, 0), kept=True)}
     for message, row in cases.items():
         write_table(tmp_path / "interventions.parquet", [row], schemas.INTERVENTIONS)
-        with pytest.raises(InterlockError, match=message):
-            run_sampling(tmp_path / "accepted.parquet", tmp_path / "rollouts.parquet",
-                         tmp_path / "out.parquet", breadth=None, trajectories=None, seed=0,
-                         interventions=tmp_path / "interventions.parquet")
+        metrics = run_sampling(tmp_path / "accepted.parquet", tmp_path / "rollouts.parquet",
+                               tmp_path / "out.parquet", breadth=None, trajectories=None, seed=0,
+                               interventions=tmp_path / "interventions.parquet")
+        bad = metrics["bad_rows"]
+        assert bad["count"] == 1 and message in bad["examples"][0]["reason"], (message, bad)
+        example = bad["examples"][0]
+        assert example["field"] and example["file"] == str(tmp_path / "interventions.parquet")
+        assert metrics["by_source"] == {"policy": 1, "rti": 0}
+        assert [r["rollout_id"] for r in read_rows(tmp_path / "out.parquet", schemas.TRAINING_SET)] == \
+            [rows[0]["rollout_id"]]

@@ -33,7 +33,7 @@ from interlock.models.checkpoint import load_checkpoint, read_manifest, sha256, 
 from interlock.models.transformers_backend import TransformersBackend
 from interlock.rollout.engine import TOOLS
 from interlock.rollout.runs import scripted_rollouts
-from interlock.rollout.trajectory import Trajectory
+from interlock.rollout.trajectory import BadRow, Trajectory
 from interlock.synthesis.tasks import TaskContext
 from interlock.training.batching import pack, plan_rows
 from interlock.training.examples import (
@@ -42,7 +42,6 @@ from interlock.training.examples import (
     encode_conversation,
     encode_trajectories,
     read_training_items,
-    read_trajectories,
 )
 from interlock.training.scoring import checkpoint_nll, conversation_nll
 from interlock.training.stage import train
@@ -188,13 +187,13 @@ def test_one_reader_serves_trajectories_and_training_sets(demos, tmp_path) -> No
     assert list(read_training_items(plain)) == [TrainingItem(t) for t in demos[:2]]
     assert list(read_training_items(training)) == [TrainingItem(demos[0], 1.0, 0, "policy"),
                                                    TrainingItem(demos[1], 0.5, 7, "rti")]
-    assert list(read_trajectories(training)) == list(read_trajectories(plain)) == demos[:2]
     bad = tmp_path / "bad.parquet"
     with write_row_groups(bad, schemas.TRAINING_SET) as writer:
-        writer.write([training_row(demos[0], weight=-1.0)])
-    with pytest.raises(InterlockError, match="finite and >= 0") as caught:
-        list(read_training_items(bad))
-    assert caught.value.field == "weight" and caught.value.item == demos[0].rollout_id
+        writer.write([training_row(demos[0], weight=-1.0), training_row(demos[1])])
+    refused, kept = list(read_training_items(bad))  # a bad row is refused, the next one read
+    assert isinstance(refused, BadRow) and "finite number >= 0" in refused.reason
+    assert refused.field == "weight" and refused.rollout_id == demos[0].rollout_id and refused.row == 0
+    assert kept == TrainingItem(demos[1], 1.0, 0, "policy")
     with pytest.raises(InterlockError, match="no trajectories table"):
         list(read_training_items(tmp_path / "missing.parquet"))
 

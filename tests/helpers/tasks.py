@@ -29,3 +29,4 @@ def fixture_tasks(catalog: Catalog) -> list[tuple]:
 def contexts_of(tasks: list[tuple]) -> list[TaskContext]:
     """The fixture tasks as the rollout engine and the judges take them."""
     return [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in tasks]
+

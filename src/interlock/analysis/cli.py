@@ -332,9 +332,16 @@ def cmd_export_tasks(args: argparse.Namespace, console: Console) -> None:
 
 def cmd_export_trajectories(args: argparse.Namespace, console: Console) -> None:
     from interlock.export.atif import ATIF_VERSION, export_trajectories
+    from interlock.rollout.trajectory import BadRows
 
-    written = export_trajectories(_artifacts(args).paths, args.output)
+    refused = BadRows()
+    written = export_trajectories(_artifacts(args).paths, args.output, refused)
     console.print(f"wrote {len(written)} judged rollouts as {ATIF_VERSION} to {escape(str(args.output))}")
+    for row in refused.examples:
+        console.print(f"[yellow]left out row {row['row']} ({escape(str(row['rollout_id']))}), "
+                      f"{escape(str(row['field']))}: {escape(str(row['reason']))}[/]")
+    if refused.count > len(refused.examples):
+        console.print(f"[yellow]and {refused.count - len(refused.examples)} more bad rows[/]")
 
 
 def cmd_export_dataset(args: argparse.Namespace, console: Console) -> None:

@@ -47,7 +47,9 @@ def fingerprint(*parts: object) -> str:
 def loads(text: str, *, file: str, item: str, field: str) -> object:
     try:
         return json.loads(text)
-    except (TypeError, json.JSONDecodeError) as exc:
+    except RecursionError:
+        raise InterlockError("JSON nested too deeply to read", file=file, item=item, field=field) from None
+    except (TypeError, ValueError) as exc:
         raise InterlockError(f"not valid JSON ({exc})", file=file, item=item, field=field) from None
 
 

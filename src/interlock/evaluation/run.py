@@ -26,10 +26,10 @@ from tqdm import tqdm
 from interlock.core import schemas
 from interlock.core.backend import ChatBackend
 from interlock.core.errors import InterlockError
-from interlock.core.io import fingerprint, iter_row_groups, read_rows, write_table, write_table_set
+from interlock.core.io import fingerprint, read_rows, write_table, write_table_set
 from interlock.evaluation.benchmarks import Benchmark, RunSettings
 from interlock.evaluation.metrics import detectability, domain_rows, model_rows, summarize_pool, table_rows
-from interlock.rollout.trajectory import Trajectory
+from interlock.rollout.trajectory import own_trajectories
 
 
 @dataclass(frozen=True)
@@ -158,8 +158,7 @@ def _grade(model: Model, benchmark: Benchmark, done: Path, tables, progress: boo
     rows: list[dict] = []
     with tqdm(total=_count(done), desc=f"grade {model.key} on {benchmark.name}", unit="episode",
               dynamic_ncols=True, disable=not progress) as bar:
-        for group in iter_row_groups(done, schemas.TRAJECTORIES):
-            trajectories = [Trajectory.from_row(row, str(done)) for row in group]
+        for trajectories in own_trajectories(done):
             graded = benchmark.grade(trajectories)
             if [r.rollout_id for r in graded] != [t.rollout_id for t in trajectories]:
                 raise InterlockError(f"benchmark {benchmark.name!r} graded other episodes than it was given",
@@ -173,10 +172,10 @@ def _grade(model: Model, benchmark: Benchmark, done: Path, tables, progress: boo
                                                          "does not list the task"),
                         file=str(done), item=result.rollout_id)
             result_rows = [r.row(model.name, benchmark.name, model.seed) for r in graded]
-            tables.write({"trajectories": group, "results": result_rows,
+            tables.write({"trajectories": [t.to_row() for t in trajectories], "results": result_rows,
                           "verdicts": [v for r in graded for v in r.verdicts]})
             rows += result_rows
-            bar.update(len(group))
+            bar.update(len(trajectories))
     return rows
 
 

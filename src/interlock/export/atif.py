@@ -29,9 +29,9 @@ from interlock.core.chat import Message
 from interlock.core.errors import InterlockError
 from interlock.core.io import atomic_output, iter_aligned, open_table
 from interlock.core.paths import Paths
-from interlock.judging.stage import GRADERS, accepted_rollouts, iter_trajectories, mandatory_criteria
+from interlock.judging.stage import GRADERS, accepted_rollouts, checked_rows, mandatory_criteria
 from interlock.rollout.engine import TOOLS
-from interlock.rollout.trajectory import Trajectory
+from interlock.rollout.trajectory import BadRow, BadRows, Trajectory
 from interlock.synthesis.tasks import pack_folders
 
 ATIF_VERSION = "ATIF-v1.7"
@@ -114,9 +114,12 @@ def agent_steps(messages: Sequence[Message], rollout_id: str, source: str) -> li
     return steps
 
 
-def iter_judged(trajectories: Path, judgements: Path, packs_dirs: Sequence[Path]) -> Iterator[JudgedRollout]:
+def iter_judged(trajectories: Path, judgements: Path, packs_dirs: Sequence[Path],
+                refused: BadRows | None = None) -> Iterator[JudgedRollout]:
     """The rollouts with their verdicts, row group by row group (the ``judge`` stage writes its
-    tables aligned with the trajectories'); a rollout a judge left unjudged is refused."""
+    tables aligned with the trajectories'); a rollout a judge left unjudged is refused. A bad row
+    (:func:`~interlock.judging.stage.checked_rows`) is left out, with its reason in ``refused``."""
+    refused = refused if refused is not None else BadRows()
     mandatory = mandatory_criteria(packs_dirs)
     accepted = {judge: accepted_rollouts(judgements / f"{judge}.parquet", mandatory, judge)
                 for judge in GRADERS}
@@ -126,7 +129,7 @@ def iter_judged(trajectories: Path, judgements: Path, packs_dirs: Sequence[Path]
         raise InterlockError(f"{groups} row groups of trajectories but {judged_groups} of verdicts: the "
                              "judge ran on other rollouts; run `dvc repro judge`", file=str(judgements))
     judged = iter_aligned(judgements, schemas.judge_tables(GRADERS))
-    for rollouts, tables in zip(iter_trajectories(trajectories), judged, strict=True):
+    for rows, tables in zip(checked_rows(trajectories, mandatory), judged, strict=True):
         verdicts: dict[tuple[str, str], list[dict]] = {}
         for judge in GRADERS:
             for row in tables[judge]:
@@ -135,12 +138,16 @@ def iter_judged(trajectories: Path, judgements: Path, packs_dirs: Sequence[Path]
         for row in tables["collateral"]:
             collateral.setdefault(row["rollout_id"], []).append(
                 {"file": row["file"], "record": row["record"], "reason": row["reason"]})
-        ids = {t.rollout_id for t in rollouts}
+        ids = {row.parsed.rollout_id for row in rows}
         stray = sorted({rollout for rollout, _ in verdicts} - ids)
         if stray:
             raise InterlockError("verdicts on a rollout this row group of trajectories does not hold",
                                  file=str(judgements), item=stray[0])
-        for t in rollouts:
+        for row in rows:
+            t = row.parsed
+            if isinstance(t, BadRow):
+                refused.add(t)
+                continue
             missing = [judge for judge in GRADERS if (t.rollout_id, judge) not in verdicts]
             if missing:
                 raise InterlockError(f"no {missing[0]} verdicts on this rollout", file=str(judgements),
@@ -165,7 +172,8 @@ def write_trajectories(judged: Iterator[JudgedRollout], out: Path) -> list[Path]
     return written
 
 
-def export_trajectories(paths: Paths, out: Path) -> list[Path]:
-    """Every judged rollout of the run at ``paths`` as an ATIF document under ``out``."""
+def export_trajectories(paths: Paths, out: Path, refused: BadRows | None = None) -> list[Path]:
+    """Every judged rollout of the run at ``paths`` as an ATIF document under ``out`` (its bad rows
+    left out, with their reasons in ``refused``)."""
     return write_trajectories(iter_judged(paths.require(paths.trajectories), paths.require(paths.judgements),
-                                          pack_folders(paths)), out)
+                                          pack_folders(paths), refused), out)

@@ -44,7 +44,8 @@ from interlock.core.paths import Paths
 from interlock.core.types import POOLS
 from interlock.models.chat_template import openai_tools
 from interlock.rollout.engine import TOOLS
-from interlock.training.examples import TrainingItem, read_training_items
+from interlock.rollout.trajectory import BadRow, iter_rows
+from interlock.training.examples import TrainingItem, training_item
 
 DATA_FILE = "data/train-00000-of-00001.parquet"  # the one split's one shard, named as the Hub names them
 CARD = "README.md"
@@ -142,8 +143,9 @@ def encode_row(row: dict) -> dict | None:
     return {**row, **encoded}
 
 
-def write_dataset(items: Iterable[TrainingItem], folder: Path) -> Contents:
-    """Write the examples to the Parquet file under ``folder``."""
+def write_dataset(items: Iterable[TrainingItem | BadRow], folder: Path) -> Contents:
+    """Write the examples to the Parquet file under ``folder``; a bad row is left out, with its
+    reason."""
     by_source: Counter = Counter()
     domains, tasks, left_out = set(), set(), []
     path = folder / DATA_FILE
@@ -152,6 +154,10 @@ def write_dataset(items: Iterable[TrainingItem], folder: Path) -> Contents:
         for group in batched(items, ROW_GROUP):
             rows = []
             for item in group:
+                if isinstance(item, BadRow):
+                    left_out.append(LeftOut(item.rollout_id or f"row {item.row}",
+                                            f"bad row: {item.field}: {item.reason}"))
+                    continue
                 row = encode_row(dataset_row(item))
                 if row is None:
                     left_out.append(LeftOut(item.trajectory.rollout_id, UNPORTABLE))
@@ -166,21 +172,21 @@ def write_dataset(items: Iterable[TrainingItem], folder: Path) -> Contents:
     return Contents(dict(sorted(by_source.items())), len(domains), len(tasks), tuple(left_out))
 
 
-def checked_items(table: Path, splits: dict[str, str]) -> Iterable[TrainingItem]:
-    """The training set's rows, each refused unless its task is of a trained pool and its domain
-    of the catalog's training split (``splits``: domain -> split): the card's exclusions hold because
-    every row was checked."""
-    for item in read_training_items(table):
-        trajectory = item.trajectory
-        if trajectory.pool not in TRAINED_POOLS:
-            raise InterlockError(f"a training example from pool {trajectory.pool!r}; the training set "
-                                 f"holds {', '.join(TRAINED_POOLS)} tasks only", file=str(table),
-                                 item=trajectory.rollout_id, field="pool")
-        if splits.get(trajectory.domain_id) != "train":
-            raise InterlockError(f"a training example from domain {trajectory.domain_id!r}, which is not a "
-                                 "training domain of the catalog", file=str(table),
-                                 item=trajectory.rollout_id, field="domain_id")
-        yield item
+def checked_items(table: Path, splits: dict[str, str]) -> Iterable[TrainingItem | BadRow]:
+    """The training set's rows, each refused (as the :class:`BadRow` it is) unless it is a
+    trajectory of a trained pool's task and of a domain of the catalog's training split
+    (``splits``: domain -> split): the card's exclusions hold because every row was checked."""
+    for group in iter_rows(table, schemas.TRAINING_SET):
+        for row in group:
+            item = training_item(row, str(table))
+            trajectory = item.trajectory if isinstance(item, TrainingItem) else None
+            if trajectory is not None and trajectory.pool not in TRAINED_POOLS:
+                item = row.refused(str(table), "pool", f"{trajectory.pool!r} is no trained pool (a training "
+                                                       f"set holds {', '.join(TRAINED_POOLS)} tasks)").parsed
+            elif trajectory is not None and splits.get(trajectory.domain_id) != "train":
+                item = row.refused(str(table), "domain_id",
+                                   f"{trajectory.domain_id!r} is no training domain of the catalog").parsed
+            yield item
 
 
 def export_training_set(paths: Paths, out: Path | str, *, repo: Path) -> DatasetExport:

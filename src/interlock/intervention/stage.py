@@ -40,12 +40,12 @@ from interlock.intervention.correction import (
 from interlock.intervention.diagnosis import Diagnosis, diagnose
 from interlock.intervention.shift import FilterDecision, filter_corrections, nll_plot_rows, threshold
 from interlock.judging.agent import AgentJudge
-from interlock.judging.stage import iter_trajectories
+from interlock.judging.stage import checked_rows
 from interlock.judging.verdicts import accepted
 from interlock.models.backends import make_backend, model_runtime
 from interlock.rollout.engine import EpisodeLimits, RolloutLimits
 from interlock.rollout.runs import run_rollouts
-from interlock.rollout.trajectory import Trajectory
+from interlock.rollout.trajectory import BadRow, BadRows, Trajectory, own_trajectories, report_bad_rows
 from interlock.synthesis.tasks import TaskContext, admitted_tasks, load_domains
 from interlock.training.scoring import checkpoint_nll
 
@@ -86,7 +86,14 @@ def run_intervention(trajectories: Path, verdicts: Path, accepted_ids: set[str],
     table's rows, the metrics and the plots' rows (by domain; NLL histograms and threshold)."""
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
-    rollouts = [t for group in iter_trajectories(trajectories) for t in group]
+    bad = BadRows()
+    rollouts = []
+    for row in (row for group in checked_rows(trajectories, tasks)
+                for row in group):
+        if isinstance(row.parsed, BadRow):
+            bad.add(row.parsed)
+        else:
+            rollouts.append(row.parsed)
     rejected = [t for t in rollouts if t.rollout_id not in accepted_ids]
     failed = read_failed(verdicts, {t.rollout_id for t in rejected}, tasks)
     diagnoses = {t.rollout_id: diagnose(t.messages, tasks[t.task_id]) for t in rejected}
@@ -136,7 +143,8 @@ def run_intervention(trajectories: Path, verdicts: Path, accepted_ids: set[str],
                  corrected.get(t.rollout_id), verified.get(t.rollout_id), nll.get(t.rollout_id),
                  decisions.get(t.rollout_id))
             for t in sorted(rejected, key=lambda t: t.rollout_id)]
-    metrics = _metrics(rollouts, rows, accepted_ids, reference, reference_kind, limit, seconds)
+    metrics = {**_metrics(rollouts, rows, accepted_ids, reference, reference_kind, limit, seconds),
+               "bad_rows": bad.summary()}
     plots = {"domains": _domain_rows(rollouts, rows),
              **nll_plot_rows(reference, [nll[rid] for rid in scored], math.nan if limit is None else limit)}
     return rows, metrics, plots
@@ -163,7 +171,7 @@ def _corrections(cases: Sequence[Case], corrector: ChatBackend, label: str, limi
         run_rollouts(iter(c.episode(label) for c in cases), corrector, limits, total=len(cases), out=out,
                      timings=Path(tmp) / "timings.parquet", work=work, run_id=run_id, batch_size=batch_size,
                      desc="corrections")
-        by_id = {t.rollout_id: t for group in iter_trajectories(out) for t in group}
+        by_id = {t.rollout_id: t for group in own_trajectories(out) for t in group}
     return {c.rollout_id: by_id[c.episode(label).rollout_id] for c in cases}
 
 
@@ -312,4 +320,5 @@ def intervene(params: Params, paths: Paths) -> StageReport:
     write_table(paths.interventions_table, rows, schemas.INTERVENTIONS)
     write_plots(paths, plots)
     print(f"intervene: {metrics['message']}")
+    report_bad_rows("intervene", metrics["bad_rows"])
     return StageReport(metrics, tables={"by_domain": plots["domains"]}, config=resolved)

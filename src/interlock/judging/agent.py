@@ -33,14 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interlock.core.backend import ChatBackend
-from interlock.core.chat import ToolCall, ToolResult
+from interlock.core.chat import ToolCall, ToolResult, control_texts, walk
 from interlock.core.errors import InterlockError
 from interlock.core.io import dumps
 from interlock.core.registry import JUDGES
 from interlock.judging.inspection import JUDGE_TOOLS, InspectionEnvironment
 from interlock.judging.judges import DEFAULT_EPISODE, JudgeContext
 from interlock.judging.sandbox import DEFAULT_LIMITS, CheckJob, Limits, SandboxPool, scratch_base
-from interlock.judging.verdicts import QUOTE, REPLAY_FAILED, Judgement, quote, verdict_row
+from interlock.judging.verdicts import QUOTE, REFUSED, REPLAY_FAILED, Judgement, quote, verdict_row
 from interlock.rollout.engine import (
     Episode,
     EpisodeLimits,
@@ -122,13 +122,42 @@ class EpisodeGuard:
 @dataclass
 class Replay:
     """A trajectory played again: the workspace it leaves, whether it submitted, the changes no
-    decision required that it made and undid, and where its record is not what its turns make
-    (None: the record is exactly that)."""
+    decision required that it made and undid, where its record is not what its turns make (None:
+    the record is exactly that), and why its policy's text is refused (None: it is not)."""
 
     store: DirectoryStore
     submitted: bool
     undone: list[dict]
     problem: str | None
+    refused: str | None = None
+
+
+def task_problem(trajectory: Trajectory, pack: TaskPack) -> str | None:
+    """Where a record's labels are not its task's: the domain and the pool are the pack's."""
+    for name in ("domain_id", "pool"):
+        recorded, actual = getattr(trajectory, name), getattr(pack, name)
+        if recorded != actual:
+            return f"it is recorded with {name} {recorded[:80]!r}, but task {pack.task_id} has {actual!r}"
+    return None
+
+
+def control_text_problem(trajectory: Trajectory) -> str | None:
+    """Why the judge refuses what the policy wrote, or None: a reply (its text, a call's name or
+    any key or string of its arguments) that writes a chat template's control text
+    (:func:`~interlock.core.chat.control_texts`: ``<|im_end|>``, ``<|im_start|>user``, ``</s>``,
+    ``<filename>``, or a look-alike a normalizing tokenizer reads as one), which a tokenizer would
+    turn into the template's own tokens: a turn nobody sent."""
+    for index, message in enumerate(trajectory.messages):
+        if message.role != "assistant":
+            continue
+        texts = [message.content, *(c.name for c in message.tool_calls),
+                 *(part for c in message.tool_calls for part, _ in walk(c.arguments)
+                   if isinstance(part, str))]
+        found = next((found for text in texts if (found := control_texts(text))), None)
+        if found:
+            return (f"message {index} (assistant) writes the chat-template control text "
+                    f"{', '.join(map(repr, found[:3]))}")
+    return None
 
 
 def replay(trajectory: Trajectory, pack: TaskPack, root: Path, limits: EpisodeLimits) -> Replay:
@@ -140,7 +169,7 @@ def replay(trajectory: Trajectory, pack: TaskPack, root: Path, limits: EpisodeLi
     store = environment.store
     guard = EpisodeGuard(pack, store)
     enacted = reenact(environment, trajectory.messages, limits, on_call=guard.observe)
-    problem = record_problem(trajectory, enacted, limits)
+    problem = task_problem(trajectory, pack) or record_problem(trajectory, enacted, limits)
     replayed = changed_files(pack.files, {path: store.read(path) for path in store.files()})
     recorded = trajectory.final_files or {}
     differ = sorted(p for p in set(replayed) | set(recorded) if replayed.get(p) != recorded.get(p))
@@ -149,7 +178,8 @@ def replay(trajectory: Trajectory, pack: TaskPack, root: Path, limits: EpisodeLi
         more = f" and {len(differ) - MAX_LISTED} more" if len(differ) > MAX_LISTED else ""
         problem = (f"the recorded final state disagrees with what its tool calls do when replayed, on "
                    f"{named}{more}")
-    return Replay(store, enacted.finish_reason == "submitted", guard.undone(collateral(pack, store)), problem)
+    return Replay(store, enacted.finish_reason == "submitted", guard.undone(collateral(pack, store)), problem,
+                  control_text_problem(trajectory))
 
 
 @dataclass
@@ -277,6 +307,8 @@ class AgentJudge:
             if criterion.guard and passed and replayed.undone:
                 passed, evidence = False, f"changed during the episode where no decision required it: " \
                                           f"{describe(replayed.undone)}"
+            if replayed.refused:  # what the policy wrote must never reach a template as its tokens
+                passed, evidence = False, f"{REFUSED} {replayed.refused}"
             if replayed.problem:  # a record the environment did not produce is true of nothing
                 passed, evidence = False, f"{REPLAY_FAILED} {replayed.problem}"
             compiled[cid] = passed

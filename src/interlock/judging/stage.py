@@ -13,10 +13,11 @@ record, whichever judge accepted it, so nothing recorded but unjudged can reach 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 from tqdm import tqdm
@@ -39,10 +40,11 @@ from interlock.core.tracking import StageReport
 from interlock.judging.judges import DEFAULT_EPISODE, TRUTH, JudgeContext
 from interlock.judging.metrics import JudgeStats
 from interlock.judging.sandbox import scratch_base
-from interlock.judging.verdicts import Judgement
+from interlock.judging.verdicts import BAD_ROW, Judgement, verdict_row
 from interlock.models.backends import make_backend, model_runtime
 from interlock.rollout.engine import EpisodeLimits, WorkspaceEnvironment, reenacted_trajectory
-from interlock.rollout.trajectory import Trajectory
+from interlock.rollout.runs import RolloutPlan
+from interlock.rollout.trajectory import BadRow, BadRows, Row, Trajectory, iter_rows, report_bad_rows
 from interlock.synthesis.packs import TaskPack
 from interlock.synthesis.tasks import iter_packs, pack_folders
 
@@ -52,28 +54,49 @@ GRADERS = ("agent", "text")
 PAPER_PER_ACCEPTED = {"turns": 27.6, "tool_calls": 42}
 
 
-def trajectory_task_ids(path: Path) -> set[str]:
+def _column(path: Path, name: str) -> list:
+    """One column of a trajectories table, streamed."""
     handle = open_table(path, schemas.TRAJECTORIES)
-    return {t for batch in handle.iter_batches(columns=["task_id"]) for t in batch.column(0).to_pylist()}
+    return [value for batch in handle.iter_batches(columns=[name]) for value in batch.column(0).to_pylist()]
+
+
+def trajectory_task_ids(path: Path) -> set[str]:
+    return {t for t in _column(path, "task_id") if isinstance(t, str)}
+
+
+def repeated_rollout_ids(path: Path) -> set[str]:
+    """Rollout ids that more than one row of a trajectories table holds: verdicts and acceptance
+    are by rollout id, so none of those rows can be told apart, and each is a bad row."""
+    counts = Counter(_column(path, "rollout_id"))
+    return {r for r, n in counts.items() if n > 1 and isinstance(r, str)}
 
 
 def load_packs(packs_dirs: Sequence[Path], task_ids: set[str]) -> dict[str, TaskPack]:
     """The packs of the given tasks only, from any of ``packs_dirs`` (streamed: the rest are never
-    kept)."""
+    kept); a task none of them holds is left out (a row that names it is a bad row)."""
     packs = {}
     for packs_dir in packs_dirs:
         for group in iter_packs(packs_dir):
             packs.update({p.task_id: p for p in group if p.task_id in task_ids})
-    missing = sorted(task_ids - set(packs))
-    if missing:
-        raise InterlockError(f"{len(missing)} rolled-out task(s) have no pack, e.g. {missing[0]}",
-                             file=", ".join(map(str, packs_dirs)))
     return packs
 
 
-def iter_trajectories(path: Path) -> Iterator[list[Trajectory]]:
-    for rows in iter_row_groups(path, schemas.TRAJECTORIES):
-        yield [Trajectory.from_row(row, str(path)) for row in rows]
+def checked_rows(path: Path, tasks: Collection[str]) -> Iterator[list[Row]]:
+    """A trajectories table's rows (:func:`~interlock.rollout.trajectory.iter_rows`), with what the
+    table as a whole says of each besides: a rollout id another row holds too, or a task that is
+    none of the run's ``tasks``, makes it a bad row."""
+    repeated = repeated_rollout_ids(path)
+    for group in iter_rows(path):
+        checked = []
+        for row in group:
+            trajectory = row.parsed
+            if isinstance(trajectory, Trajectory) and trajectory.rollout_id in repeated:
+                row = row.refused(str(path), "rollout_id", "another row of the table has this rollout id",
+                                  named=False)
+            elif isinstance(trajectory, Trajectory) and trajectory.task_id not in tasks:
+                row = row.refused(str(path), "task_id", f"{trajectory.task_id[:80]!r} is no task of this run")
+            checked.append(row)
+        yield checked
 
 
 def judge_rows(judgements: list[Judgement]) -> list[dict]:
@@ -91,12 +114,14 @@ def run_judge(trajectories: Path, packs_dirs: Sequence[Path], out: Path, *,
               progress: bool = True) -> dict:
     """Every grader over every rollout (played under ``context.episode``'s rules); writes one
     verdict table per grader and ``collateral.parquet`` (the truth's) into ``out``, aligned by row
-    group with the trajectories; returns the metrics (cost, error rates against the truth)."""
+    group with the trajectories; returns the metrics (cost, error rates against the truth, and the
+    bad rows: each fails every criterion of its task with the reason, where its id and task name
+    them, and none stops the others)."""
     graders = _with_truth(graders)
     context = context or JudgeContext()
     packs = load_packs(packs_dirs, trajectory_task_ids(trajectories))
     total = count_rows(trajectories, schemas.TRAJECTORIES)
-    stats = JudgeStats()
+    stats, bad = JudgeStats(), BadRows()
     with contextlib.ExitStack() as stack:
         judges = {}
         for name in graders:
@@ -105,31 +130,55 @@ def run_judge(trajectories: Path, packs_dirs: Sequence[Path], out: Path, *,
         tables = stack.enter_context(write_table_set(out, schemas.judge_tables(graders)))
         bar = stack.enter_context(tqdm(total=total, desc="judge", unit="rollout", mininterval=1.0,
                                        dynamic_ncols=True, disable=not progress))
-        for group in iter_trajectories(trajectories):
+        for group in checked_rows(trajectories, packs):
             rows: dict[str, list[dict]] = {name: [] for name in schemas.judge_tables(graders)}
             for chunk in batched(group, batch_size):
-                chunk_packs = [packs[t.task_id] for t in chunk]
-                items = list(zip(chunk, chunk_packs, strict=True))
-                judged = {}
-                for name, grader in judges.items():
-                    start = time.perf_counter()
-                    judged[name] = grader.judge(items)
-                    stats.add_wall(name, time.perf_counter() - start)
-                    if len(judged[name]) != len(items):
-                        raise InterlockError(f"the {name!r} judge gave {len(judged[name])} judgements for "
-                                             f"{len(items)} rollouts", file=str(trajectories),
-                                             field="judge.graders")
-                stats.add(chunk, chunk_packs, judged[TRUTH], judged)
+                good = [row.parsed for row in chunk if isinstance(row.parsed, Trajectory)]
+                items = [(t, packs[t.task_id]) for t in good]
+                judged = {name: _judge(name, grader, items, stats, str(trajectories))
+                          for name, grader in judges.items()}
+                if items:
+                    stats.add(good, [pack for _, pack in items], judged[TRUTH], judged)
                 for name in graders:
                     rows[name] += judge_rows(judged[name])
                 rows["collateral"] += collateral_rows(judged[TRUTH])
+                for row in chunk:
+                    if isinstance(row.parsed, BadRow):
+                        bad.add(row.parsed)
+                        for name in graders:
+                            rows[name] += bad_row_verdicts(row.parsed, packs, name)
                 bar.update(len(chunk))
             tables.write(rows)
         reports = {name: grader.report() for name, grader in judges.items()}
     summary = stats.summary()
+    summary["bad_rows"] = bad.summary()
     summary["sandbox"] = reports[TRUTH].get("sandbox")
     summary["backends"] = {name: report.get("backend") for name, report in reports.items()}
     return summary
+
+
+def _judge(name: str, grader, items: list, stats: JudgeStats, source: str) -> list[Judgement]:
+    """One grader's judgements of ``items``, timed; a grader that loses or adds one is an error."""
+    if not items:
+        return []
+    start = time.perf_counter()
+    judged = grader.judge(items)
+    stats.add_wall(name, time.perf_counter() - start)
+    if len(judged) != len(items):
+        raise InterlockError(f"the {name!r} judge gave {len(judged)} judgements for {len(items)} rollouts",
+                             file=source, field="judge.graders")
+    return judged
+
+
+def bad_row_verdicts(error: BadRow, packs: dict[str, TaskPack], judge: str) -> list[dict]:
+    """A bad row's verdicts by ``judge``: every criterion of its task failed, with the reason (none
+    where the row names no rollout or no task of the run: nothing could be accepted under it)."""
+    pack = packs.get(error.task_id or "")
+    if error.rollout_id is None or pack is None:
+        return []
+    evidence = f"{BAD_ROW} row {error.row}, {error.field}: {error.reason}"
+    return [verdict_row(error.rollout_id, pack.task_id, judge, c.criterion_id, False, evidence)
+            for c in pack.rubric]
 
 
 def _with_truth(graders: Sequence[str]) -> tuple[str, ...]:
@@ -178,18 +227,22 @@ def accepted_rollouts(verdicts_path: Path, mandatory: dict[str, set[str]], judge
             if r not in failed and task in mandatory and passing[r] >= mandatory[task]}
 
 
-def replayed_row(row: dict, pack: TaskPack, episode: EpisodeLimits, source: str) -> dict:
-    """A trajectories row as its assistant turns make it when played again on ``pack``."""
+def replayed_row(trajectory: Trajectory, pack: TaskPack, episode: EpisodeLimits) -> dict:
+    """A trajectory as its assistant turns make it when played again on ``pack``, under its task's
+    domain and pool: everything the record holds that the task and the replay can tell."""
     with tempfile.TemporaryDirectory(prefix="interlock-accept-", dir=scratch_base()) as folder:
         environment = WorkspaceEnvironment(pack, Path(folder) / "workspace")
-        return reenacted_trajectory(Trajectory.from_row(row, source), environment, episode).to_row()
+        again = reenacted_trajectory(trajectory, environment, episode)
+    return dataclasses.replace(again, domain_id=pack.domain_id, pool=pack.pool).to_row()
 
 
 def run_accept(trajectories: Path, judge_dir: Path, packs_dirs: Sequence[Path], out: Path, *,
-               judge: str, episode: EpisodeLimits = DEFAULT_EPISODE) -> tuple[dict, list[dict]]:
+               judge: str, episode: EpisodeLimits = DEFAULT_EPISODE,
+               plan: RolloutPlan | None = None) -> tuple[dict, list[dict]]:
     """Write the accepted trajectories (TRAJECTORIES schema; an empty table if none), each as its
     assistant turns make it under ``episode``'s rules; return the metrics and the per-domain rows
-    of the acceptance plot."""
+    of the acceptance plot. A bad row (:func:`checked_rows`), and one whose labels are not what
+    ``plan`` (the run's rollouts) records, is refused with its reason and counted nowhere else."""
     if not (judge_dir / f"{judge}.parquet").is_file():
         raise InterlockError(f"no verdicts by the {judge!r} judge: is it among judge.graders?",
                              file=str(judge_dir), field="judge.name")
@@ -199,20 +252,28 @@ def run_accept(trajectories: Path, judge_dir: Path, packs_dirs: Sequence[Path], 
     by_domain: dict[str, Counter] = defaultdict(Counter)
     by_policy: dict[str, Counter] = defaultdict(Counter)
     totals: Counter = Counter()
+    bad = BadRows()
     with write_row_groups(out, schemas.TRAJECTORIES) as writer:
-        for rows in iter_row_groups(trajectories, schemas.TRAJECTORIES):
-            kept = [row for row in rows if row["rollout_id"] in accepted]
-            for row in rows:
-                ok = row["rollout_id"] in accepted
-                for counter in (by_domain[row["domain_id"]], by_policy[row["policy"]], totals):
+        for group in checked_rows(trajectories, packs):
+            kept = []
+            for row in group:
+                problem = plan.problem(row.parsed) if plan and isinstance(row.parsed, Trajectory) else None
+                if problem:
+                    row = row.refused(str(trajectories), *problem)
+                if isinstance(row.parsed, BadRow):
+                    bad.add(row.parsed)
+                    continue
+                t = row.parsed
+                ok = t.rollout_id in accepted
+                for counter in (by_domain[t.domain_id], by_policy[t.policy], totals):
                     counter["rollouts"] += 1
                     counter["accepted"] += ok
                 if ok:
-                    totals["turns"] += row["turns"]
-                    totals["tool_calls"] += row["tool_calls"]
+                    totals["turns"] += t.turns
+                    totals["tool_calls"] += t.tool_calls
+                    kept.append(replayed_row(t, packs[t.task_id], episode))
             if kept:
-                writer.write([replayed_row(row, packs[row["task_id"]], episode, str(trajectories))
-                              for row in kept])
+                writer.write(kept)
     n, k = totals["rollouts"], totals["accepted"]
     plot = [{"domain_id": d, "rollouts": c["rollouts"], "accepted": c["accepted"],
              "acceptance": round(c["accepted"] / c["rollouts"], 4)} for d, c in sorted(by_domain.items())]
@@ -223,6 +284,7 @@ def run_accept(trajectories: Path, judge_dir: Path, packs_dirs: Sequence[Path], 
         "message": (f"{k} of {n} trajectories accepted under the {judge} judge" if k else
                     f"nothing accepted: none of the {n} trajectories passed every mandatory criterion "
                     f"under the {judge} judge; the accepted table is empty"),
+        "bad_rows": bad.summary(),
         "domains": len(by_domain),
         "domains_with_accepted": sum(1 for c in by_domain.values() if c["accepted"]),
         "by_domain": {row["domain_id"]: {k_: row[k_] for k_ in ("rollouts", "accepted", "acceptance")}
@@ -256,6 +318,7 @@ def judge(params: Params, paths: Paths) -> StageReport:
     metrics = {"rollouts": run_judge(paths.trajectories, folders, paths.judgements, **options),
                "calibration": run_judge(paths.validation, folders, paths.calibration, **options)}
     for pool, summary in metrics.items():
+        report_bad_rows(f"judge: {pool}", summary["bad_rows"])
         for name, judged in summary["judges"].items():
             rates = judged["vs_truth"].get("all", {}).get("trajectories") or {}
             print(f"judge: {pool}: {name}: {judged['accepted']} of {judged['rollouts']} accepted, "
@@ -268,11 +331,13 @@ def judge(params: Params, paths: Paths) -> StageReport:
 def accept(params: Params, paths: Paths) -> StageReport:
     """Keep the trajectories whose every mandatory criterion passes under the configured judge
     (``judge=agent`` or ``judge=text``); report acceptance per domain."""
+    plan = RolloutPlan.of(params)
     metrics, plot = run_accept(paths.trajectories, paths.judgements, pack_folders(paths),
-                               paths.accepted_table, judge=params.judge.name,
-                               episode=EpisodeLimits.of(params.scale.rollouts))
+                               paths.accepted_table, judge=params.judge.name, episode=plan.limits.episode,
+                               plan=plan)
     write_tsv(paths.accept_plot, plot, ["domain_id", "rollouts", "accepted", "acceptance"])
     print(f"accept: {metrics['message']}")
+    report_bad_rows("accept", metrics["bad_rows"])
     if not metrics["nothing_accepted"]:
         per = metrics["per_accepted"]
         print(f"accept: {metrics['domains_with_accepted']} of {metrics['domains']} domains; per accepted "

@@ -85,6 +85,11 @@ def check_targets(spec: dict) -> tuple[list[str], list[str]]:
 REPLAY_FAILED = "replay:"
 #: how a verdict's evidence starts where judging itself failed (not the criterion)
 JUDGING_FAILURES = ("sandbox:", "unknown check op", REPLAY_FAILED)
+#: how a verdict's evidence starts where the row holding the episode is not one the engine writes
+BAD_ROW = "bad row:"
+#: how a verdict's evidence starts where the judge refuses an episode for what its policy wrote
+#: (control text of a chat template), whatever its work did: a failed criterion, not a failed judging
+REFUSED = "refused:"
 #: how every line of text an agent could have written starts when a model judge reads it: no
 #: such line can pass for a header of the transcript or of the judge's own instructions
 QUOTE = "\u2502 "

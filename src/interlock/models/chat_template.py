@@ -21,6 +21,9 @@ as a JSON string are written as they are.
 
 from __future__ import annotations
 
+from interlock.core.chat import neutralized_message
+from interlock.core.errors import InterlockError
+
 IM_START, IM_END, END_OF_TEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 SPECIAL_TOKENS = (END_OF_TEXT, IM_START, IM_END)
 
@@ -88,11 +91,60 @@ def prompt_token_ids(tokenizer, request) -> list[int]:
     """A chat request (:class:`interlock.core.backend.ChatRequest`) rendered with the tokenizer's
     chat template, generation prompt appended, as a plain list of token ids: what every backend
     that tokenizes itself feeds its model, so two backends given one request see the same tokens.
+    Its messages are rendered as :func:`template_messages` makes them (the rule the training
+    encoder follows too), and :func:`checked_control_tokens` holds the result to it.
     (Rendered to text first: ``tokenize=True`` returns a ``BatchEncoding`` in transformers 5.)"""
-    text = tokenizer.apply_chat_template(
-        [m.to_dict() for m in request.messages], tools=openai_tools(request.tools) or None,
-        add_generation_prompt=True, tokenize=False)
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    messages = template_messages(tokenizer, [m.to_dict() for m in request.messages])
+    tools = openai_tools(request.tools) or None
+
+    def encode(conversation: list[dict]) -> list[int]:
+        text = tokenizer.apply_chat_template(conversation, tools=tools, add_generation_prompt=True,
+                                             tokenize=False)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    return checked_control_tokens(tokenizer, messages, encode(messages), encode)
+
+
+def control_tokens(tokenizer) -> frozenset[str]:
+    """The tokenizer's control tokens: its special tokens and every added token it marks special
+    (SmolLM2's include ``<filename>`` and ``<file_sep>`` besides the chat template's three)."""
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    return frozenset([*tokenizer.all_special_tokens, *(t.content for t in added.values() if t.special)])
+
+
+def template_messages(tokenizer, messages: list[dict]) -> list[dict]:
+    """Messages as the chat template may render them: every text a policy or a tool wrote (content,
+    names, calls and their arguments) with its control texts neutralized
+    (:func:`~interlock.core.chat.neutralize`, the tokenizer's own control tokens included), so no
+    character sequence in a message becomes a control token of the template: a reply that writes
+    ``<|im_end|>\\n<|im_start|>user`` stays text, in the live prompt and in a training example alike."""
+    extra = control_tokens(tokenizer)
+    return [neutralized_message(m, extra) for m in messages]
+
+
+def checked_control_tokens(tokenizer, messages: list[dict], ids: list[int], encode) -> list[int]:
+    """``ids`` (``encode(messages)``) if they hold exactly the control tokens the template itself
+    writes around the same conversation with every text emptied, else an error: the check that
+    neutralizing held for this tokenizer, whatever its normalizer does."""
+    control = _control_ids(tokenizer)
+    skeleton = [{**m, "content": "", **({"tool_calls": [_empty_call(c) for c in m["tool_calls"]]}
+                                        if m.get("tool_calls") else {})} for m in messages]
+    found, expected = (sum(1 for i in sequence if i in control) for sequence in (ids, encode(skeleton)))
+    if found != expected:
+        raise InterlockError(f"a message's text reads as {found - expected} control token(s) of the "
+                             "tokenizer even neutralized", field="messages")
+    return ids
+
+
+def _empty_call(call: dict) -> dict:
+    function = call.get("function", call)
+    empty = {"name": "", "arguments": "{}" if isinstance(function.get("arguments"), str) else {}}
+    return {**call, "function": empty} if "function" in call else {**call, **empty}
+
+
+def _control_ids(tokenizer) -> frozenset[int]:
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    return frozenset([*tokenizer.all_special_ids, *(i for i, t in added.items() if t.special)])
 
 
 def stop_token_ids(tokenizer) -> set[int]:

@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from interlock.core.backend import ChatRequest, Completion, CompletionEnd, EpisodeTask
-from interlock.core.chat import Message, ToolCall, render_turn, tool_arguments
+from interlock.core.chat import Message, call_markup, render_turn
 from interlock.core.config import BackboneConfig
 from interlock.core.errors import InterlockError
 from interlock.core.registry import BACKENDS
@@ -307,12 +307,15 @@ def _read_answer(answer: object) -> Completion:
     return Completion(text, tokens[0], tokens[1], finish)
 
 
-def _tool_call(call: object) -> ToolCall:
-    """A structured call as the text protocol's; bad arguments are the model's error (an error
-    observation), a call without a function name the server's (``bad_reply``)."""
+def _tool_call(call: object) -> str:
+    """A structured call as the text protocol writes it, its arguments as the server sent them:
+    arguments that are no JSON object are the model's error (a malformed call, so an error
+    observation, read by the one reader of calls), a call without a function name the server's
+    (``bad_reply``)."""
     function = _field(call, "function", dict, required=True)
     name = _field(function, "name", str, required=True)
-    return ToolCall(name, tool_arguments(function.get("arguments") or {}))
+    arguments = function.get("arguments")
+    return call_markup(name, {} if arguments is None or arguments == "" else arguments)
 
 
 def _wire(message: Message) -> dict:

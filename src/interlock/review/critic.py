@@ -12,6 +12,10 @@ Two readings of the public material:
   criterion's check on its own result. A criterion that fails there depends on something the
   public material does not say: a hidden condition, a value only the private index holds, a
   deliverable the request never asks for.
+
+Beside them, :func:`interlock.review.scope.scope_problems` reads the request for the other
+direction, for every pack: it may ask for no more than the contract (no effect the task does not
+request, no change to a file the guard keeps), or an agent that does what it says fails the guard.
 """
 
 from __future__ import annotations

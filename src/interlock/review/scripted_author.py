@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass, field
 
 from interlock.core.backend import ChatRequest, Completion, EpisodeTask
+from interlock.core.seeds import stable_seed
 from interlock.models.openai_backend import request_body
 from interlock.synthesis.workspace import format_csv, parse_csv
 
@@ -38,7 +39,19 @@ FAULTS: dict[str, tuple[tuple[str, ...], str]] = {
     "malformed": (("authoring",), "replies that are not JSON"),
     "endless": (("authoring",), "replies that never end (cut off at the token limit)"),
     "addressed": (("leaks",), "a memo telling the reviewer to admit the task"),
+    "beyond_contract": (("critic",), "a request that asks for work the contract does not require"),
 }
+#: what a ``beyond_contract`` author adds to a request: (the words of its brief that show the task
+#: already asks for it, the sentence), one for each kind of effect; it adds one the brief does not
+EXTRA_WORK = (
+    ("with to (the", "Also let everyone concerned know the outcome of each case."),
+    ("with case_id, account ", "Post each decision's amount to the general ledger as well."),
+    ("payee (the", "Add every approved amount to the bank's payment file too."),
+    ("and date (the date", "Put each case on the team calendar too."),
+    ("outcome and basis.", "Log every decision for the audit trail."),
+    ("Set the `status`", "Mark each case's status as decided in its table."),
+    ("/<case_id>.md`", "Each case gets a letter with its outcome."),
+)
 #: not a mistake: a first reply that is not JSON, then a clean one when told why (the retry loop)
 RECOVERS = "malformed_once"
 MEMO_PATH = "memos/intake_note.md"
@@ -86,7 +99,7 @@ class ScriptedAuthor:
         if role == "workspace":
             reply = self._workspace(task_id, prompt, fault)
         elif role == "request":
-            reply = {"request": _request(prompt, fault)}
+            reply = {"request": _request(prompt, fault, stable_seed(task_id))}
         elif role == "critic":
             reply = {"criteria": _critic(prompt)}
         else:
@@ -180,9 +193,13 @@ def _critic(prompt: str) -> list[dict]:
     return answers
 
 
-def _request(prompt: str, fault: str | None) -> str:
+def _request(prompt: str, fault: str | None, seed: int) -> str:
     brief = prompt.split("--- the request ---\n", 1)[-1].split("\n--- end ---", 1)[0]
     lines = brief.splitlines()
+    if fault == "beyond_contract":  # after the deliverables, one kind of work the brief never asks for
+        extra = [sentence for asked, sentence in EXTRA_WORK if asked not in brief]
+        last = max(number for number, line in enumerate(lines) if line.startswith("- "))
+        lines.insert(last + 1, f"- {extra[seed % len(extra)]}")
     if fault == "deliverable_missing":  # the first deliverable whose file no other line names
         for number, line in enumerate(lines):
             paths = re.findall(r"`([^`]+)`", line) if line.startswith("- ") else []

@@ -1,7 +1,9 @@
-"""The static review of one task: source coverage, the public-input critic, the leak review and
-the addressed-text review, the controls and the mutation controls, and the verdict they give
-together. Programs on memory only (no model, no rollout), so recursive synthesis validates every
-child with exactly what admits any task, without depending on the judges or the rollout engine."""
+"""The static review of one task: source coverage (with the structure review: the rubric and
+checks are what the graph compiles to), the public-input critic (with the request's scope: it asks
+for exactly the contract), the leak review and the addressed-text review, the controls and the
+mutation controls, and the verdict they give together. Programs on memory only (no model, no
+rollout), so recursive synthesis validates every child with exactly what admits any task, without
+depending on the judges or the rollout engine."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from interlock.review.coverage import coverage_problems
 from interlock.review.critic import critic_problems, support_problems
 from interlock.review.leaks import leak_problems
 from interlock.review.mutations import mutation_controls
+from interlock.review.scope import scope_problems
+from interlock.review.structure import structure_problems
 from interlock.synthesis.catalog import Domain
 from interlock.synthesis.graph import CompletionGraph
 from interlock.synthesis.packs import TaskPack
@@ -24,9 +28,9 @@ def review_pack(graph: CompletionGraph, pack: TaskPack, domain: Domain, *,
     authors wrote it (``generator=llm``), so the critic reads what the public material states
     (:func:`~interlock.review.critic.support_problems`) without also solving it by the templates
     that wrote the others (:func:`~interlock.review.critic.critic_problems`)."""
-    coverage = coverage_problems(graph, pack, domain)
+    coverage = coverage_problems(graph, pack, domain) + structure_problems(graph, pack, domain)
     reference = run_reference(pack)
-    critic = support_problems(graph, pack)
+    critic = support_problems(graph, pack) + scope_problems(graph, pack, domain)
     if not authored:
         critic += critic_problems(pack, reference)
     # the leak review's rows and verdict carry the addressed-text review too: both read what the

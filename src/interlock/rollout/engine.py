@@ -45,7 +45,7 @@ from interlock.core.backend import (
     ConcurrentBackend,
     EpisodeTask,
 )
-from interlock.core.chat import Message, ToolCall, ToolResult, parse_turn, render_call
+from interlock.core.chat import Message, ParsedTurn, ToolCall, ToolResult, parse_turn, render_call
 from interlock.core.errors import InterlockError
 from interlock.rollout.trajectory import FinishReason, Trajectory
 from interlock.synthesis.packs import TaskPack
@@ -301,11 +301,9 @@ def advance_episode(episode: Episode, completion: Completion, limits: RolloutLim
 
 
 def _act(episode: Episode, text: str, limits: EpisodeLimits) -> None:
-    """Parse one assistant turn, record it, run its calls, append the observations."""
-    turn = assistant_message(text, limits.max_calls_per_turn)
-    episode.messages.append(turn)
-    response = respond(episode.environment, turn, limits)
-    episode.messages += response.messages
+    """Parse one assistant turn, run its calls, record it (as far as it ran) and the observations."""
+    response = respond(episode.environment, assistant_message(text, limits.max_calls_per_turn), limits)
+    episode.messages += [response.turn, *response.messages]
     episode.tool_calls += response.tool_calls
     episode.invalid_calls += response.invalid_calls
     if response.user:
@@ -325,15 +323,34 @@ def assistant_message(text: str, max_calls: int | None) -> Message:
     return Message("assistant", parsed.remainder(len(run)), run)
 
 
+def ended_turn(turn: Message, ran: int) -> Message:
+    """A turn whose ``ran``-th call ended the episode, as the record keeps it: only the calls that
+    ran (those after it, and any past the cap, never ran, so nothing may learn them); the rest of
+    its text as the model wrote it."""
+    return Message("assistant", parse_turn(turn.content).remainder(), turn.tool_calls[:ran])
+
+
 @dataclass(frozen=True)
 class Response:
     """What the engine appends after one assistant turn, and what the turn did."""
 
+    turn: Message  # the turn as the record keeps it (:func:`ended_turn` where it ended the episode)
     messages: tuple[Message, ...]
     tool_calls: int  # calls run
     invalid_calls: int  # malformed calls and calls that came back as errors
     finish_reason: FinishReason | None  # ``submitted`` or ``no_tool_call`` where the turn ended the episode
     user: bool = False  # the environment answered with its next user message
+    unrun: int = 0  # calls the turn held that never ran, the episode having ended before them
+
+
+def _refusals(left: ParsedTurn, limits: EpisodeLimits) -> list[Message]:
+    """The engine's errors for what a turn's text holds besides the calls it runs (``left``: that
+    text parsed): one per malformed call, and one for the calls past the cap."""
+    messages = [Message("tool", f"error: {problem}", name="invalid") for problem in left.problems]
+    if left.calls:
+        messages.append(Message("tool", f"error: at most {limits.max_calls_per_turn} tool calls per turn; "
+                                        "the rest were not run", name="invalid"))
+    return messages
 
 
 def respond(environment: Environment, turn: Message, limits: EpisodeLimits,
@@ -341,28 +358,30 @@ def respond(environment: Environment, turn: Message, limits: EpisodeLimits,
     """The engine's answer to a recorded assistant turn: an error for each malformed call and for
     calls past the cap (both read from the turn's text), then each call run in the environment
     up to the one that submits (``on_call`` sees each call and its result), or, for a turn without
-    calls, the environment's next user message or the end."""
+    calls, the environment's next user message or the end. A turn that submits before all its
+    calls ran is answered, and recorded, as :func:`ended_turn` keeps it."""
     left = parse_turn(turn.content)
-    messages = [Message("tool", f"error: {problem}", name="invalid") for problem in left.problems]
-    if left.calls:
-        messages.append(Message("tool", f"error: at most {limits.max_calls_per_turn} tool calls per turn; "
-                                        "the rest were not run", name="invalid"))
-    if not turn.tool_calls and not left.problems and not left.calls:
+    refusals = _refusals(left, limits)
+    if not turn.tool_calls and not refusals:
         message = environment.next_user_message()
         if message is None:
-            return Response((), 0, 0, "no_tool_call")
-        return Response((message,), 0, 0, None, user=True)
-    calls = failed = 0
+            return Response(turn, (), 0, 0, "no_tool_call")
+        return Response(turn, (message,), 0, 0, None, user=True)
+    results: list[Message] = []
+    invalid = len(left.problems)
     for call in turn.tool_calls:
         result = environment.execute(call)
         if on_call is not None:
             on_call(call, result)
-        calls += 1
-        failed += not result.ok
-        messages.append(Message("tool", _clip(result.output, limits.max_observation_chars), name=call.name))
+        invalid += not result.ok
+        results.append(Message("tool", _clip(result.output, limits.max_observation_chars), name=call.name))
         if result.submitted:
-            return Response(tuple(messages), calls, len(left.problems) + failed, "submitted")
-    return Response(tuple(messages), calls, len(left.problems) + failed, None)
+            unrun = len(turn.tool_calls) - len(results) + len(left.calls)
+            if unrun:
+                turn = ended_turn(turn, len(results))
+                refusals = _refusals(parse_turn(turn.content), limits)
+            return Response(turn, (*refusals, *results), len(results), invalid, "submitted", unrun=unrun)
+    return Response(turn, (*refusals, *results), len(results), invalid, None)
 
 
 @dataclass(frozen=True)
@@ -377,6 +396,8 @@ class Reenactment:
     tool_calls: int
     invalid_calls: int
     unplayed: int  # recorded assistant turns after the episode had ended
+    unrun: int = 0  # calls of the turn that ended the episode recorded after the one that ended it
+    ended_at: int | None = None  # where that turn is among the messages (None: it held none)
 
     @property
     def counted_turns(self) -> int:
@@ -390,22 +411,24 @@ def reenact(environment: Environment, recorded: Iterable[Message], limits: Episo
     """Play a record's assistant turns again in a fresh ``environment`` under the episode's rules:
     what the policy wrote is all that is taken from the record."""
     messages = list(environment.opening())
-    turns = steps = calls = invalid = unplayed = 0
+    turns = steps = calls = invalid = unplayed = unrun = 0
     finish: FinishReason | None = None
+    ended_at: int | None = None
     for turn in (m for m in recorded if m.role == "assistant"):
         if finish is not None:
             unplayed += 1
             continue
         turns += 1
         steps += 1
-        messages.append(turn)
         response = respond(environment, turn, limits, on_call)
-        messages += response.messages
+        if response.unrun:
+            unrun, ended_at = response.unrun, len(messages)
+        messages += [response.turn, *response.messages]
         calls += response.tool_calls
         invalid += response.invalid_calls
         steps = 0 if response.user else steps
         finish = response.finish_reason or ("max_turns" if steps >= limits.max_turns else None)
-    return Reenactment(messages, finish, turns, steps, calls, invalid, unplayed)
+    return Reenactment(messages, finish, turns, steps, calls, invalid, unplayed, unrun, ended_at)
 
 
 def record_problem(trajectory: Trajectory, enacted: Reenactment, limits: EpisodeLimits) -> str | None:
@@ -416,6 +439,9 @@ def record_problem(trajectory: Trajectory, enacted: Reenactment, limits: Episode
     for index, message in enumerate(trajectory.messages):
         if message.role == "assistant" and (problem := _turn_problem(message, limits)):
             return f"message {index} (assistant) is not a turn the engine records: {problem}"
+    if enacted.unrun:
+        return (f"message {enacted.ended_at} (assistant) holds {enacted.unrun} call(s) after the one that "
+                "ended the episode, which never ran")
     recorded, expected = trajectory.messages, enacted.messages
     for index in range(max(len(recorded), len(expected))):
         mine = recorded[index] if index < len(recorded) else None

@@ -12,6 +12,7 @@ model trained on the record learns from observations the environment never gave.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 
 from interlock.core.chat import Message, ToolCall
@@ -96,6 +97,77 @@ def counts_edited(trajectory: Trajectory, task: TaskContext) -> Trajectory:
     return dataclasses.replace(trajectory, invalid_calls=0 if trajectory.invalid_calls else 1)
 
 
+def calls_after_the_end(trajectory: Trajectory, task: TaskContext) -> Trajectory:
+    """A call kept in the turn that submitted, after its submit (one that wipes the policy): it
+    never ran, so nothing may learn it."""
+    last = max(i for i, m in enumerate(trajectory.messages) if m.role == "assistant")
+    turn = trajectory.messages[last]
+    wipe = ToolCall("write_file", {"path": task.domain.policy.file, "content": ""})
+    messages = list(trajectory.messages)
+    messages[last] = dataclasses.replace(turn, tool_calls=(*turn.tool_calls, wipe))
+    return _with(trajectory, messages)
+
+
+def domain_relabelled(trajectory: Trajectory, task: TaskContext) -> Trajectory:
+    """The episode recorded under another domain and pool than its task's, so per-domain counts
+    and the pools' separation would count it where it does not belong."""
+    return dataclasses.replace(trajectory, domain_id=f"{trajectory.domain_id}_x", pool="benchmark")
+
+
 FORGERIES: dict[str, Forgery] = {forgery.__name__: forgery for forgery in (
     policy_observation_replaced, results_as_errors, results_removed, request_swapped, user_turn_inserted,
-    system_prompt_replaced, turn_after_the_end, ending_relabelled, counts_edited)}
+    system_prompt_replaced, turn_after_the_end, ending_relabelled, counts_edited, calls_after_the_end,
+    domain_relabelled)}
+
+
+# ----------------------------------------------------------------------------- rows no engine writes
+
+RowForgery = Callable[[dict], dict]
+
+
+def _messages(edit: Callable[[list[dict]], None]) -> RowForgery:
+    """A row forgery that edits the row's messages (as their JSON reads) in place."""
+    def forge(row: dict) -> dict:
+        messages = json.loads(row["messages"])
+        edit(messages)
+        return {**row, "messages": json.dumps(messages)}
+    return forge
+
+
+def _first_call(messages: list[dict]) -> dict:
+    return next(m for m in messages if m.get("tool_calls"))["tool_calls"][0]
+
+
+def _columns(**values: object) -> RowForgery:
+    return lambda row: {**row, **values}
+
+
+#: rows of a trajectories table that no rollout engine writes, each with the field a reader names:
+#: what a broken writer, a hand-built table or a policy that reaches its own record hands a stage
+ROW_FORGERIES: dict[str, tuple[RowForgery, str]] = {
+    "messages_nested_deep": (_columns(messages="[" * 5000 + "]" * 5000), "messages"),
+    "messages_not_json": (_columns(messages="[{'role': 'user'}"), "messages"),
+    "message_without_role": (_messages(lambda m: m[0].pop("role")), "messages[0]"),
+    "content_as_number": (_messages(lambda m: m[0].update(content=7)), "messages[0].content"),
+    "call_without_function": (_messages(lambda m: _first_call(m).pop("function")), "tool_calls[0]"),
+    "arguments_as_text": (_messages(lambda m: _first_call(m)["function"].update(arguments="not json")),
+                          "arguments"),
+    "tool_calls_on_a_user": (_messages(lambda m: m[1].update(tool_calls=[
+        {"type": "function", "function": {"name": "submit", "arguments": {}}}])), "messages[1].tool_calls"),
+    "lone_surrogate": (_messages(lambda m: m[0].update(content="\ud800")), "messages"),
+    "files_as_list": (_columns(final_files="[]"), "final_files"),
+    "diff_of_numbers": (_columns(diff="[1, 2]"), "diff"),
+    "count_missing": (_columns(turns=None), "turns"),
+    "count_negative": (_columns(tool_calls=-3), "tool_calls"),
+    "unknown_ending": (_columns(finish_reason="judged_pass"), "finish_reason"),
+    "rollout_id_a_path": (_columns(rollout_id="../../evil"), "rollout_id"),
+}
+#: rows whose episode is the honest one but whose labels are not what the run's rollouts stage
+#: records for it (its policy, attempt, seed, token counts), each with the field ``accept`` names
+PLAN_FORGERIES: dict[str, tuple[RowForgery, str]] = {
+    "policy_relabelled": (_columns(policy="oracle/gold"), "policy"),
+    "tokens_inflated": (_columns(generated_tokens=10**12), "generated_tokens"),
+    "prompt_inflated": (_columns(prompt_tokens=10**12), "prompt_tokens"),
+    "attempt_relabelled": (lambda row: {**row, "attempt": row["attempt"] + 50}, "attempt"),
+    "seed_relabelled": (lambda row: {**row, "seed": row["seed"] + 1}, "seed"),
+}

@@ -14,18 +14,61 @@ from __future__ import annotations
 import dataclasses
 import shutil
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
 from interlock.core import schemas
 from interlock.core.backend import ChatBackend
+from interlock.core.config import Params
 from interlock.core.io import batched, iter_row_groups, read_rows, write_row_groups, write_table
 from interlock.core.seeds import stable_seed
 from interlock.rollout.engine import Episode, RolloutLimits, run_episodes
 from interlock.rollout.scripted import ScriptedBackend
-from interlock.rollout.trajectory import Trajectory
+from interlock.rollout.solvers import policy_label
+from interlock.rollout.trajectory import Trajectory, own_trajectories
 from interlock.synthesis.tasks import TaskContext
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    """What the ``rollouts`` stage records beside each episode it plays (its policy, its attempt
+    and seed, its token counts within the limits it sampled under), so a stage that reads its table
+    can check the labels of every row it did not write: the ones it cannot re-derive from the
+    episode itself (:func:`~interlock.rollout.engine.reenacted_trajectory` re-derives the rest)."""
+
+    policy: str
+    attempts: int
+    seed: int
+    limits: RolloutLimits
+    max_context: int
+
+    @classmethod
+    def of(cls, params: Params) -> RolloutPlan:
+        config = params.scale.rollouts
+        return cls(policy_label(config.solver, params, config.policy), config.attempts, params.seed,
+                   RolloutLimits.of(config, params.backbone.generation), params.backbone.max_context)
+
+    def problem(self, trajectory: Trajectory) -> tuple[str, str] | None:
+        """(field, reason) where the row is not what the plan records for its episode, or None."""
+        t = trajectory
+        if t.policy != self.policy:
+            return "policy", f"{t.policy[:80]!r}, where the run's rollouts are by {self.policy!r}"
+        if t.attempt >= self.attempts or t.rollout_id != f"{t.task_id}.a{t.attempt}":
+            return "attempt", (f"attempt {t.attempt} as {t.rollout_id!r}, where the run plays attempts "
+                               f"0-{self.attempts - 1} of each task as '<task>.a<attempt>'")
+        if t.seed != episode_seed(self.seed, t.task_id, t.attempt):
+            return "seed", f"{t.seed}, not the seed the run draws for this task and attempt"
+        most = t.turns * (self.limits.max_new_tokens + 1)
+        if t.generated_tokens > most:
+            return "generated_tokens", f"{t.generated_tokens}, more than {t.turns} turns can sample ({most})"
+        # a prompt may outgrow the window by one turn's observations before the episode ends
+        longest = self.max_context + self.limits.max_new_tokens + 4 * self.limits.max_calls_per_turn * (
+            self.limits.max_observation_chars + 64)
+        if t.prompt_tokens > longest:
+            return "prompt_tokens", f"{t.prompt_tokens}, more than any prompt of the run can hold ({longest})"
+        return None
 
 
 def episode_seed(seed: int, task_id: str, attempt: int) -> int:
@@ -100,7 +143,7 @@ def run_rollouts(episodes: Iterator[Episode], backend: ChatBackend, limits: Roll
             writer.write(group)
     write_table(timings, seconds, schemas.ROLLOUT_TIMINGS)
     shutil.rmtree(work, ignore_errors=True)
-    return summarize([Trajectory.from_row(row, str(out)) for row in rows])
+    return summarize([t for group in own_trajectories(out) for t in group])
 
 
 def _flush(parts: Path, batch: list[Trajectory]) -> None:

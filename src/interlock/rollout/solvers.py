@@ -18,9 +18,16 @@ def solver_backend(solver: str, params: Params, checkpoint: Path,
     checkpoint ``name`` (``policy``), or the scripted noisy solver (``noisy``: realization effects
     skipped and couplings ignored at ``scale.validation``'s rates; for tests, where a tiny random
     model would pass nothing)."""
+    label = policy_label(solver, params, name)
     if solver == "noisy":
         rates = params.scale.validation
         return (ScriptedBackend("noisy", seed=params.seed, skip_effect=rates.skip_effect,
-                                ignore_coupling=rates.ignore_coupling), "scripted/noisy", None)
-    return (make_backend(params.backbone, checkpoint), f"{params.backbone.name}/{name}",
-            model_runtime(params.backbone, "generate", checkpoint))
+                                ignore_coupling=rates.ignore_coupling), label, None)
+    backend = make_backend(params.backbone, checkpoint)
+    return backend, label, model_runtime(params.backbone, "generate", checkpoint)
+
+
+def policy_label(solver: str, params: Params, name: str) -> str:
+    """The ``policy`` a stage's trajectories record: the scripted solver's, or the backbone and its
+    checkpoint ``name``'s (``smollm2/demo_sft``)."""
+    return "scripted/noisy" if solver == "noisy" else f"{params.backbone.name}/{name}"

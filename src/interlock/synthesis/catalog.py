@@ -31,6 +31,9 @@ from interlock.synthesis.kinds import (
 CATALOG = "domains.yaml"
 _IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
 _WORD = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+_WORD_RUN = re.compile(r"[^\W_]+")
+#: where a summary's first sentence ends
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 #: decision kinds whose positive outcome is a word the domain chooses ("approved", "paid")
 POSITIVE_WORD_KINDS = frozenset({"limit_approval", "eligibility_approval", "capped_payment",
                                  "rate_payment"})
@@ -45,6 +48,27 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "option_selection": (),
     "due_date": (),
 }
+
+
+def words(text: str) -> tuple[str, ...]:
+    """The words of a text as names are matched: case folded, split at anything but a letter or
+    a digit (``gross_cost.csv`` is gross cost csv, ``gross-cost`` is gross cost), each singular
+    (notices: notice), so a name is found however it is punctuated or inflected."""
+    return tuple(_singular(word) for word in _WORD_RUN.findall(text.casefold()))
+
+
+def _singular(word: str) -> str:
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+def holds(text: tuple[str, ...], name: tuple[str, ...]) -> bool:
+    """Whether the words ``text`` hold the words ``name`` in a row."""
+    width = len(name)
+    return bool(width) and any(text[i:i + width] == name for i in range(len(text) - width + 1))
 
 
 def _words(values: list[str]) -> list[str]:
@@ -172,6 +196,12 @@ class EffectSpec(_Strict):
             raise ValueError("'code' (the account posted to) is given exactly for ledger_posting")
         return self
 
+    def names(self) -> list[tuple[str, ...]]:
+        """What names this effect in prose, as :func:`words`: its label, its file (whole, and its
+        base name) and its account code."""
+        given = [self.label, self.file, self.file and PurePosixPath(self.file).name, self.code]
+        return [words(name) for name in given if name]
+
 
 class PolicySpec(_Strict):
     file: str
@@ -197,9 +227,22 @@ class Domain(_Strict):
     effects: list[EffectSpec] = Field(min_length=2, max_length=4)
     policy: PolicySpec
 
+    @cached_property
+    def workflow(self) -> str:
+        """The summary's first sentence: the decision and what couples decisions. Every request of
+        the domain opens with it, so it names no effect (a task requests only some of them)."""
+        return _SENTENCE_END.split(" ".join(self.summary.split()), maxsplit=1)[0]
+
     def structure_problem(self) -> tuple[str, str] | None:
         """The first cross-field defect as (field, reason), or None: what the engine relies on."""
         kind, case = self.decision.kind, self.case
+        workflow = words(self.workflow)
+        for index, effect in enumerate(self.effects):
+            named = next((name for name in effect.names() if holds(workflow, name)), None)
+            if named is not None:
+                return "summary", (f"its first sentence, which every request states, names effect "
+                                   f"{index} ({effect.label}) as {' '.join(named)!r}: a task requests "
+                                   "only some effects")
         for role in REQUIRED_FIELDS[kind]:
             if getattr(case, role) is None:
                 return f"case.{role}", f"decision kind {kind} needs the case column '{role}'"

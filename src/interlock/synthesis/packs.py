@@ -44,6 +44,8 @@ CLAUSE_LINE = Template("- **{ref}.** {text}")
 FORMATS_LINE = (f"Write every value as {FIELD_FORMATS['text']}; amounts as {FIELD_FORMATS['amount']}. "
                 "Record values are text.")
 SUBMIT_LINE = "Call submit when everything is recorded."
+#: what bounds the task: an agent that does more than the deliverables fails the guard
+ONLY_LINE = "Only the deliverables above are part of this task: every other file stays as it is."
 
 
 @dataclass(frozen=True)
@@ -174,8 +176,10 @@ def authored_index_row(node: Node, path: str, locator: str, ref: str) -> dict:
 
 
 def scripted_request(graph: CompletionGraph, domain: Domain) -> tuple[str, list[dict]]:
-    """Generator 2: the public request, and the private contract of required outputs."""
-    lines = [f"# {domain.name}", "", domain.summary.strip(), "",
+    """Generator 2: the public request, and the private contract of required outputs. The request
+    states exactly the task's obligations: of the domain's description only its workflow (which
+    names no effect), then each requested deliverable, and that nothing else is to change."""
+    lines = [f"# {domain.name}", "", domain.workflow, "",
              SCOPE.render(noun=domain.case.noun, table=domain.case.table, policy=domain.policy.file,
                           title=domain.policy.title)]
     if domain.decision.options:
@@ -185,7 +189,7 @@ def scripted_request(graph: CompletionGraph, domain: Domain) -> tuple[str, list[
     for spec in requested_effects(graph, domain):
         kind = EFFECT_KINDS[spec.kind]
         lines.append("- " + kind.render(kind.words(domain, spec)))
-    lines += ["", FORMATS_LINE, "", SUBMIT_LINE]
+    lines += ["", ONLY_LINE, "", FORMATS_LINE, "", SUBMIT_LINE]
     return "\n".join(lines) + "\n", compiled_contract(graph)
 
 

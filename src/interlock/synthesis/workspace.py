@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from interlock.core.chat import ToolCall, ToolResult, walk
+from interlock.core.errors import InterlockError
 
 
 class PathRefused(ValueError):
@@ -38,6 +39,14 @@ def clean_path(path: str, *, folder: bool = False) -> str:
     return normalised(path, folder)
 
 
+#: the longest path (UTF-8 bytes) and file or folder name a tool takes: the tools refuse longer
+#: ones themselves, so a call gets the same answer wherever its workspace lives (a disk's own limits,
+#: 255 bytes a name and 4,096 a path counted from ``/``, would make it depend on the folder's depth)
+MAX_PATH_BYTES, MAX_NAME_BYTES = 1024, 255
+#: how deep a workspace's own folder may lie: with :data:`MAX_PATH_BYTES` below it, it stays within
+#: the disk's 4,096-byte limit
+MAX_ROOT_BYTES = 4096 - MAX_PATH_BYTES - 64
+
 #: paths up to this length are normalised once (checks and tools look up the same few paths
 #: thousands of times); longer ones, which only hostile input writes, are never kept
 MAX_CACHED_PATH = 256
@@ -53,7 +62,17 @@ def _normalised(path: str, folder: bool) -> str:
         raise PathRefused(f"{path!r} contains a control or invisible character")
     if path.endswith("/") and path.strip("/") and not folder:
         raise PathRefused(f"{path!r} ends with /, which names a folder, not a file")
+    try:
+        size = len(path.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise PathRefused(f"{path[:80]!r} is not text a file system can name (a lone surrogate)") from None
+    if size > MAX_PATH_BYTES:
+        raise PathRefused(f"{path[:80]!r}... is {size} bytes long; a path has at most {MAX_PATH_BYTES}")
     pure = PurePosixPath(path)
+    long_part = next((part for part in pure.parts if len(part.encode("utf-8")) > MAX_NAME_BYTES), None)
+    if long_part is not None:
+        raise PathRefused(f"{long_part[:80]!r}... is a name of {len(long_part.encode('utf-8'))} bytes; "
+                          f"a file or folder name has at most {MAX_NAME_BYTES}")
     if pure.is_absolute():
         raise PathRefused(f"{path!r} is absolute; paths are relative to the workspace root")
     if ".." in pure.parts:
@@ -92,6 +111,10 @@ class DirectoryStore:
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root).resolve()
+        if len(str(self.root).encode()) > MAX_ROOT_BYTES:
+            raise InterlockError(f"a workspace folder lies deeper than {MAX_ROOT_BYTES} bytes, where the "
+                                 "tools' longest paths would pass the disk's limit",
+                                 file=str(self.root)[:200])
 
     def resolve(self, path: str) -> Path:
         relative = clean_path(path)

@@ -18,7 +18,7 @@ import hashlib
 import math
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,10 +26,9 @@ import pyarrow.parquet as pq
 
 from interlock.core import schemas
 from interlock.core.errors import InterlockError
-from interlock.core.io import iter_row_groups
-from interlock.models.chat_template import openai_tools
+from interlock.models.chat_template import checked_control_tokens, openai_tools, template_messages
 from interlock.rollout.engine import TOOLS
-from interlock.rollout.trajectory import Trajectory
+from interlock.rollout.trajectory import BadRow, BadRows, Row, Trajectory, iter_rows
 
 #: the columns a training set adds to a trajectories table
 TRAINING_COLUMNS = tuple(n for n in schemas.TRAINING_SET.names if n not in schemas.TRAJECTORIES.names)
@@ -58,6 +57,8 @@ class ExampleSet:
     examples: list[Example]
     too_long: list[str]  # example ids longer than the context window
     nothing_to_learn: list[str]  # example ids without an assistant token (after ``loss_from_message``)
+    #: bad rows and trajectories the template cannot render safely (:meth:`BadRows.summary`)
+    refused: dict = field(default_factory=lambda: BadRows().summary())
 
     @property
     def tokens(self) -> int:
@@ -96,17 +97,26 @@ class TrainingItem:
 def encode_conversation(tokenizer, messages: list[dict],
                         loss_from_message: int = 0) -> tuple[list[int], list[bool]]:
     """Token ids and loss mask of a conversation, trailing non-assistant turns dropped. The mask is
-    True on the assistant tokens of messages at index ``loss_from_message`` or later only."""
+    True on the assistant tokens of messages at index ``loss_from_message`` or later only. The
+    messages are rendered as the live prompt renders them (:func:`template_messages`: no text a
+    policy or a tool wrote becomes a control token), and held to it."""
     if loss_from_message < 0:
         raise InterlockError(f"must be >= 0, not {loss_from_message}", field="loss_from_message")
     while messages and messages[-1]["role"] != "assistant":
         messages = messages[:-1]
     if not messages:
         return [], []
+    messages = template_messages(tokenizer, messages)
     tools = openai_tools(TOOLS)
+
+    def encode(conversation: list[dict]) -> list[int]:
+        return list(tokenizer.apply_chat_template(conversation, tools=tools, tokenize=True,
+                                                  return_dict=True)["input_ids"])
+
     encoded = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
                                             return_assistant_tokens_mask=True)
-    ids, mask = list(encoded["input_ids"]), encoded["assistant_masks"]
+    ids = checked_control_tokens(tokenizer, messages, list(encoded["input_ids"]), encode)
+    mask = encoded["assistant_masks"]
     if len(mask) != len(ids):
         raise InterlockError("the chat template has no {% generation %} markers: cannot find the "
                              "assistant tokens", field="chat_template")
@@ -114,8 +124,7 @@ def encode_conversation(tokenizer, messages: list[dict],
         return ids, [False] * len(ids)
     boundary = 0
     if loss_from_message:
-        prefix = list(tokenizer.apply_chat_template(messages[:loss_from_message], tools=tools, tokenize=True,
-                                                    return_dict=True)["input_ids"])
+        prefix = encode(messages[:loss_from_message])
         if ids[:len(prefix)] != prefix:
             raise InterlockError("the chat template is not prefix-stable: the first messages render to "
                                  "other tokens alone than at the start of the whole conversation, so the "
@@ -124,24 +133,34 @@ def encode_conversation(tokenizer, messages: list[dict],
     return ids, [bool(m) and i >= boundary for i, m in enumerate(mask)]
 
 
-def encode_trajectories(items: Iterable[Trajectory | TrainingItem], tokenizer, *,
+def encode_trajectories(items: Iterable[Trajectory | TrainingItem | BadRow], tokenizer, *,
                         max_length: int) -> ExampleSet:
     """One example per trajectory; a bare :class:`Trajectory` has weight 1 and loss on every
-    assistant turn, a :class:`TrainingItem` its own weight and ``loss_from_message``."""
-    examples, too_long, empty = [], [], []
+    assistant turn, a :class:`TrainingItem` its own weight and ``loss_from_message``. A bad row of
+    the table read, and a trajectory the chat template cannot render safely, is refused with its
+    reason (:attr:`ExampleSet.refused`); the others are encoded."""
+    examples, too_long, empty, refused = [], [], [], BadRows()
     for item in items:
+        if isinstance(item, BadRow):
+            refused.add(item)
+            continue
         if isinstance(item, Trajectory):
             item = TrainingItem(item)
         trajectory = item.trajectory
-        ids, mask = encode_conversation(tokenizer, [m.to_dict() for m in trajectory.messages],
-                                        item.loss_from_message)
+        try:
+            ids, mask = encode_conversation(tokenizer, [m.to_dict() for m in trajectory.messages],
+                                            item.loss_from_message)
+        except InterlockError as exc:
+            refused.add(BadRow(exc.reason, file=None, row=None, row_data=trajectory.to_row(),
+                               field=exc.field or "messages"))
+            continue
         if len(ids) > max_length:
             too_long.append(trajectory.rollout_id)
         elif not any(mask):
             empty.append(trajectory.rollout_id)
         else:
             examples.append(Example(trajectory.rollout_id, tuple(ids), tuple(mask), item.weight, item.source))
-    return ExampleSet(examples, too_long, empty)
+    return ExampleSet(examples, too_long, empty, refused.summary())
 
 
 def table_schema(path: Path) -> pa.Schema:
@@ -156,29 +175,32 @@ def table_schema(path: Path) -> pa.Schema:
     return schemas.TRAINING_SET if set(TRAINING_COLUMNS) & set(names) else schemas.TRAJECTORIES
 
 
-def read_training_items(path: Path) -> Iterator[TrainingItem]:
+#: where a training set's rows come from: an accepted rollout, or a kept rollout-time correction
+SOURCES = ("policy", "rti")
+
+
+def read_training_items(path: Path) -> Iterator[TrainingItem | BadRow]:
     """The rows of a trajectories table or a training set (told apart by :func:`table_schema`),
-    streamed; a TRAJECTORIES row is weight 1, loss on every assistant turn, no source."""
-    schema = table_schema(path)
-    for group in iter_row_groups(path, schema):
+    streamed, each as :func:`training_item` reads it."""
+    for group in iter_rows(path, table_schema(path)):
         for row in group:
-            extra = {name: row.pop(name) for name in TRAINING_COLUMNS if name in row}
-            trajectory = Trajectory.from_row(row, str(path))
-            if not extra:
-                yield TrainingItem(trajectory)
-                continue
-            weight, loss_from = extra["weight"], extra["loss_from_message"]
-            if weight is None or not math.isfinite(weight) or weight < 0:
-                raise InterlockError(f"a weight must be finite and >= 0, not {weight}", file=str(path),
-                                     item=trajectory.rollout_id, field="weight")
-            if loss_from is None or loss_from < 0:
-                raise InterlockError(f"must be >= 0, not {loss_from}", file=str(path),
-                                     item=trajectory.rollout_id, field="loss_from_message")
-            yield TrainingItem(trajectory, float(weight), int(loss_from), extra["source"])
+            yield training_item(row, str(path))
 
 
-def read_trajectories(path: Path) -> Iterator[Trajectory]:
-    """The trajectories of a table (TRAJECTORIES or TRAINING_SET schema), streamed, without what a
-    training set adds."""
-    for item in read_training_items(path):
-        yield item.trajectory
+def training_item(row: Row, source: str) -> TrainingItem | BadRow:
+    """A table row as a training example's item: a TRAJECTORIES row is weight 1, loss on every
+    assistant turn, no source; a row that is no trajectory the engine writes, or whose weight,
+    first trained message or source is none a training set holds, is the :class:`BadRow` it is."""
+    trajectory = row.parsed
+    if isinstance(trajectory, BadRow):
+        return trajectory
+    if not set(TRAINING_COLUMNS) <= set(row.data):
+        return TrainingItem(trajectory)
+    weight, loss_from, origin = (row.data[name] for name in ("weight", "loss_from_message", "source"))
+    if not isinstance(weight, float) or not math.isfinite(weight) or weight < 0:
+        return row.refused(source, "weight", f"{weight!r} is not a finite number >= 0").parsed
+    if not isinstance(loss_from, int) or loss_from < 0:
+        return row.refused(source, "loss_from_message", f"{loss_from!r} is not a count >= 0").parsed
+    if origin not in SOURCES:
+        return row.refused(source, "source", f"{origin!r} is none of {', '.join(SOURCES)}").parsed
+    return TrainingItem(trajectory, weight, loss_from, origin)

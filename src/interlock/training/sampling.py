@@ -42,7 +42,7 @@ from interlock.core import schemas
 from interlock.core.errors import InterlockError
 from interlock.core.io import iter_row_groups, loads, open_table, write_row_groups
 from interlock.core.seeds import stable_seed
-from interlock.rollout.trajectory import Trajectory
+from interlock.rollout.trajectory import BadRow, BadRows, Trajectory, iter_rows
 
 SOURCES = ("policy", "rti")
 MASKS = ("corrected", "all")
@@ -145,60 +145,81 @@ def choose_training_set(accepted: Sequence[tuple[str, str]], training_domains: S
     return TrainingSet(breadth, tuple(chosen), frozenset(picked), shares)
 
 
-def _kept_rows(interventions: Path) -> Iterator[tuple[dict, dict]]:
-    """(intervention row, its corrected TRAJECTORIES row) for every kept correction, checked."""
+def _kept_rows(interventions: Path) -> Iterator[tuple[dict, dict | InterlockError]]:
+    """(intervention row, its corrected TRAJECTORIES row, or why it is none) for every kept
+    correction."""
     source = str(interventions)
     for rows in iter_row_groups(interventions, schemas.INTERVENTIONS):
         for row in rows:
             if row["kept"] is not True:
                 continue
-            original = row["rollout_id"]
-            if row["corrected"] is None:
-                raise InterlockError("a kept intervention has no corrected trajectory", file=source,
-                                     item=original, field="corrected")
-            corrected = loads(row["corrected"], file=source, item=original, field="corrected")
-            if not isinstance(corrected, dict) or set(corrected) != set(schemas.TRAJECTORIES.names):
-                raise InterlockError("the corrected trajectory is not a trajectory row", file=source,
-                                     item=original, field="corrected")
-            expected = {"rollout_id": original + CORRECTION_SUFFIX, "task_id": row["task_id"],
-                        "domain_id": row["domain_id"]}
-            for name, value in expected.items():
-                if corrected[name] != value:
-                    raise InterlockError(f"the corrected trajectory's {name} is {corrected[name]!r}, "
-                                         f"expected {value!r}", file=source, item=original, field="corrected")
-            yield row, corrected
+            try:
+                yield row, _corrected(row, source)
+            except InterlockError as exc:
+                yield row, exc
 
 
-def read_corrections(interventions: Path | None, rolled_out: set[str], mask: str) -> list[Correction]:
+def _corrected(row: dict, source: str) -> dict:
+    """A kept intervention row's corrected trajectory row, checked against the row."""
+    original = row["rollout_id"]
+    if row["corrected"] is None:
+        raise InterlockError("a kept intervention has no corrected trajectory", file=source, item=original,
+                             field="corrected")
+    corrected = loads(row["corrected"], file=source, item=original, field="corrected")
+    if not isinstance(corrected, dict) or set(corrected) != set(schemas.TRAJECTORIES.names):
+        raise InterlockError("the corrected trajectory is not a trajectory row", file=source, item=original,
+                             field="corrected")
+    expected = {"rollout_id": f"{original}{CORRECTION_SUFFIX}", "task_id": row["task_id"],
+                "domain_id": row["domain_id"]}
+    for name, value in expected.items():
+        if corrected[name] != value:
+            raise InterlockError(f"the corrected trajectory's {name} is {str(corrected[name])[:80]!r}, "
+                                 f"expected {str(value)[:80]!r}", file=source, item=original,
+                                 field="corrected")
+    return corrected
+
+
+def read_corrections(interventions: Path | None, rolled_out: set[str], mask: str,
+                     refused: BadRows | None = None) -> list[Correction]:
     """The kept corrections of the ``intervene`` stage's table (none where there is no table),
-    ordered by rollout id; each checked against the rollouts it corrects."""
+    ordered by rollout id; each checked against the rollouts it corrects. One that is not a
+    correction the stage writes is left out with its reason (added to ``refused``)."""
     if interventions is None or not Path(interventions).exists():
         return []
+    refused = refused if refused is not None else BadRows()
     source = str(interventions)
-    found: list[Correction] = []
+    found: dict[str, Correction] = {}
     for row, corrected in _kept_rows(Path(interventions)):
-        original = row["rollout_id"]
-        if original not in rolled_out:
-            raise InterlockError("a correction of a rollout that is not in the rollouts table",
-                                 file=source, item=original, field="rollout_id")
-        messages = Trajectory.from_row(corrected, source).messages
-        weight, prefix = row["weight"], row["prefix_messages"]
-        if weight is None or not math.isfinite(weight) or weight <= 0:
-            raise InterlockError(f"a kept correction needs a positive weight, not {weight}", file=source,
-                                 item=original, field="weight")
-        if mask == "corrected" and (prefix is None or not 0 <= prefix <= len(messages)):
-            raise InterlockError(f"prefix_messages {prefix} is not within the corrected trajectory's "
-                                 f"{len(messages)} messages", file=source, item=original,
-                                 field="prefix_messages")
-        found.append(Correction(corrected["rollout_id"], row["task_id"], row["domain_id"], float(weight),
-                                prefix or 0))
-    found.sort(key=lambda c: c.rollout_id)
-    ids = [c.rollout_id for c in found]
-    for earlier, later in zip(ids, ids[1:], strict=False):
-        if earlier == later:
-            raise InterlockError("two kept corrections of one rollout", file=source, item=earlier,
-                                 field="rollout_id")
-    return found
+        try:
+            correction = _correction(row, corrected, rolled_out, mask, source)
+        except InterlockError as exc:
+            refused.add(exc)
+            continue
+        if correction.rollout_id in found:
+            refused.add(InterlockError("two kept corrections of one rollout", file=source,
+                                       item=correction.rollout_id, field="rollout_id"))
+            continue
+        found[correction.rollout_id] = correction
+    return sorted(found.values(), key=lambda c: c.rollout_id)
+
+
+def _correction(row: dict, corrected: dict | InterlockError, rolled_out: set[str], mask: str,
+                source: str) -> Correction:
+    if isinstance(corrected, InterlockError):
+        raise corrected
+    original = row["rollout_id"]
+    if original not in rolled_out:
+        raise InterlockError("a correction of a rollout that is not in the rollouts table", file=source,
+                             item=original, field="rollout_id")
+    messages = Trajectory.from_row(corrected, source).messages
+    weight, prefix = row["weight"], row["prefix_messages"]
+    if weight is None or not math.isfinite(weight) or weight <= 0:
+        raise InterlockError(f"a kept correction needs a positive weight, not {weight}", file=source,
+                             item=original, field="weight")
+    if mask == "corrected" and (prefix is None or not 0 <= prefix <= len(messages)):
+        raise InterlockError(f"prefix_messages {prefix} is not within the corrected trajectory's "
+                             f"{len(messages)} messages", file=source, item=original, field="prefix_messages")
+    return Correction(corrected["rollout_id"], row["task_id"], row["domain_id"], float(weight), prefix or 0)
 
 
 def run_sampling(accepted: Path, rollouts: Path, out: Path, *, breadth: int | None,
@@ -217,24 +238,34 @@ def run_sampling(accepted: Path, rollouts: Path, out: Path, *, breadth: int | No
     for batch in open_table(rollouts, schemas.TRAJECTORIES).iter_batches(columns=["rollout_id", "domain_id"]):
         rollout_ids.update(batch.column(0).to_pylist())
         training_domains.extend(batch.column(1).to_pylist())
-    pairs, accepted_tasks = [], set()
-    for rows in iter_row_groups(accepted, schemas.TRAJECTORIES):
-        for row in rows:
-            pairs.append((row["rollout_id"], row["domain_id"]))
-            accepted_tasks.add(row["task_id"])
-    corrections = read_corrections(interventions, rollout_ids, mask)
+    refused = BadRows()
+    pairs, accepted_ids, accepted_tasks = [], set(), set()
+    for row in (row for group in iter_rows(accepted) for row in group):
+        if isinstance(row.parsed, BadRow):
+            refused.add(row.parsed)
+        elif row.parsed.rollout_id in accepted_ids:
+            refused.add(row.refused(str(accepted), "rollout_id", "another row has this rollout id").parsed)
+        else:
+            pairs.append((row.parsed.rollout_id, row.parsed.domain_id))
+            accepted_ids.add(row.parsed.rollout_id)
+            accepted_tasks.add(row.parsed.task_id)
+    corrections = read_corrections(interventions, rollout_ids, mask, refused)
     clash = {c.rollout_id for c in corrections} & {r for r, _ in pairs}
-    if clash:
-        raise InterlockError("a correction has the id of an accepted trajectory", file=str(interventions),
-                             item=min(clash), field="rollout_id")
+    for rollout_id in sorted(clash):
+        refused.add(InterlockError("a correction has the id of an accepted trajectory",
+                                   file=str(interventions), item=rollout_id, field="rollout_id"))
+    corrections = [c for c in corrections if c.rollout_id not in clash]
     chosen = choose_training_set(pairs, training_domains, breadth=breadth, trajectories=trajectories,
                                  seed=seed, corrections=[(c.rollout_id, c.domain_id) for c in corrections])
     picked = [c for c in corrections if c.rollout_id in chosen.rollout_ids]
     kept: dict[str, Counter] = {source: Counter() for source in SOURCES}
     with write_row_groups(out, schemas.TRAINING_SET) as writer:
-        for rows in iter_row_groups(accepted, schemas.TRAJECTORIES):
-            rows = [{**row, "source": "policy", "weight": 1.0, "loss_from_message": 0}
-                    for row in rows if row["rollout_id"] in chosen.rollout_ids]
+        taken: set[str] = set()
+        for group in iter_rows(accepted):
+            rows = [{**row.data, "source": "policy", "weight": 1.0, "loss_from_message": 0} for row in group
+                    if isinstance(row.parsed, Trajectory) and row.parsed.rollout_id in chosen.rollout_ids
+                    and row.parsed.rollout_id not in taken]
+            taken.update(row["rollout_id"] for row in rows)
             kept["policy"].update(row["domain_id"] for row in rows)
             if rows:
                 writer.write(rows)
@@ -242,7 +273,7 @@ def run_sampling(accepted: Path, rollouts: Path, out: Path, *, breadth: int | No
             wanted = {c.rollout_id for c in picked}
             trajectories_of = {corrected["rollout_id"]: corrected
                                for _, corrected in _kept_rows(Path(interventions))
-                               if corrected["rollout_id"] in wanted}
+                               if isinstance(corrected, dict) and corrected["rollout_id"] in wanted}
             for start in range(0, len(picked), ROW_GROUP):
                 group = picked[start:start + ROW_GROUP]
                 writer.write([{**trajectories_of[c.rollout_id], "source": "rti", "weight": c.weight,
@@ -275,4 +306,5 @@ def run_sampling(accepted: Path, rollouts: Path, out: Path, *, breadth: int | No
         "rti_weight": math.fsum(c.weight for c in picked),
         "domains_made_trainable": len(made_trainable_domains),
         "tasks_made_trainable": len(made_trainable_tasks),
+        "bad_rows": refused.summary(),
     }

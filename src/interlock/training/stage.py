@@ -28,6 +28,7 @@ from interlock.core.seeds import stable_seed
 from interlock.core.tracking import StageReport
 from interlock.models.backends import model_runtime
 from interlock.models.checkpoint import SEED_FOLDER
+from interlock.rollout.trajectory import report_bad_rows
 from interlock.training.sampling import run_sampling
 from interlock.training.trainer import fine_tune_on_trajectories, loss_curve
 
@@ -93,7 +94,7 @@ def _rft_seeds(params: Params, paths: Paths, start: Path, out: Path, name: str, 
         "message": (f"{first['message']}; {len(by_seed)} seeds" if trained else
                     f"{first['message']} (one copy, not one per seed: they would all be the same)"),
         **{k: first[k] for k in ("examples", "too_long", "nothing_to_learn", "tokens", "trained_tokens",
-                                 "epochs", "steps")},
+                                 "epochs", "steps", "refused")},
         **{k: _mean(m[k] for m in by_seed.values())
            for k in ("first_loss", "last_loss", "mean_last_epoch_loss")},
         "seconds": round(seconds, 2),
@@ -124,6 +125,7 @@ def sample(params: Params, paths: Paths) -> StageReport:
                            seed=params.seed, interventions=paths.interventions_table,
                            mask=params.intervention.mask)
     print(f"sample: {metrics['message']}")
+    report_bad_rows("sample", metrics["bad_rows"])
     by_source = metrics["per_domain_by_source"]
     return StageReport(metrics, tables={
         "per_domain": [{"domain_id": d, "trajectories": n, **by_source[d]}

@@ -47,6 +47,7 @@ from interlock.core.errors import InterlockError
 from interlock.core.io import dumps, read_rows
 from interlock.core.seeds import stable_seed
 from interlock.models.checkpoint import load_checkpoint, save_checkpoint, weights_sha256
+from interlock.rollout.trajectory import report_bad_rows
 from interlock.training.batching import PackedRow, pack, plan_rows
 from interlock.training.examples import ExampleSet, encode_trajectories, read_training_items
 
@@ -224,6 +225,7 @@ def fine_tune_on_trajectories(trajectories: Path, start: Path, out_dir: Path, re
 
     tokenizer = AutoTokenizer.from_pretrained(start)
     data = encode_trajectories(read_training_items(trajectories), tokenizer, max_length=max_context)
+    report_bad_rows(name, data.refused)
     result = fine_tune(start, data, recipe, out_dir, name=name, max_context=max_context,
                        compute_dtype=compute_dtype)
     record = result.record
@@ -236,6 +238,7 @@ def fine_tune_on_trajectories(trajectories: Path, start: Path, out_dir: Path, re
     return {"trained": trained, "message": message,
             **{k: record[k] for k in ("examples", "too_long", "nothing_to_learn", "tokens", "trained_tokens",
                                       "epochs", "steps")},
+            "refused": data.refused,
             "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
             "mean_last_epoch_loss": _last_epoch_mean(losses, record["epochs"]),
             "seconds": round(result.seconds, 2), "tokens_per_second": round(result.tokens_per_second, 1),

@@ -32,7 +32,7 @@ def workspace_prompt(graph: CompletionGraph, domain: Domain, evidence_files: dic
     """The workspace writer's brief: each evidence file as the templates write it (the records
     every table must hold exactly; the clauses the policy must state with their values), and the
     locator each evidence node has there."""
-    parts = [f"Task: {graph.task_id}. Domain: {domain.name}. {domain.summary.strip()}", "",
+    parts = [f"Task: {graph.task_id}. Domain: {domain.name}. {domain.workflow}", "",
              "Write the workspace a person doing this work would find. Its files, as plain templates write "
              "them:"]
     for path, text in sorted(evidence_files.items()):
