@@ -6,8 +6,9 @@
 PYTHON ?= $(shell command -v python3.11 >/dev/null 2>&1 && echo python3.11 || echo python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+CONSTRAINTS ?= constraints.txt
 
-.PHONY: repro test venv venv-dev optional-backends llamacpp vllm
+.PHONY: repro test gpu-check venv venv-dev optional-backends llamacpp vllm
 
 # Stage commands call `python`, so the venv's bin leads PATH.
 repro: venv
@@ -16,6 +17,18 @@ repro: venv
 test: venv-dev
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+# The prepared check for a GPU machine (benchmarks/gpu_check.py, docs/scale-out.md): the GPU tests,
+# served against offline vLLM, training figures, a short served run of the pipeline. Where
+# nvidia-smi sees a GPU the venv gets the dev and `gpu` extras (vLLM for CUDA, which pins its own
+# torch: constraints.txt less its torch pin) and no CPU build of anything; elsewhere the dev set-up
+# of `make test`, and the check's GPU parts skip, each with the reason.
+gpu-check:
+	@if nvidia-smi -L >/dev/null 2>&1; then \
+	  mkdir -p $(VENV) && grep -v '^torch==' constraints.txt > $(VENV)/gpu-constraints.txt && \
+	  $(MAKE) --no-print-directory venv EXTRAS='[dev,gpu]' CONSTRAINTS=$(VENV)/gpu-constraints.txt BACKENDS=; \
+	else $(MAKE) --no-print-directory venv-dev; fi
+	$(BIN)/python benchmarks/gpu_check.py
 
 # One recipe creates the venv and installs the package; EXTRAS selects the extras.
 # bfcl-eval (BFCL v4 multi-turn, src/interlock/evaluation/bfcl.py) goes in with --no-deps: its declared
@@ -30,7 +43,7 @@ test: venv-dev
 # skip, and nothing else stops.
 venv venv-dev:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -c constraints.txt -e '.$(EXTRAS)'
+	$(BIN)/python -m pip install -c $(CONSTRAINTS) -e '.$(EXTRAS)'
 	$(BIN)/python -m pip install --no-deps bfcl-eval==2026.3.23
 	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1; } || \

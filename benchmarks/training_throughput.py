@@ -175,10 +175,11 @@ def load_examples(trajectories: Path, checkpoint: Path, count: int, seed: int,
     and each one's conversation as TRL takes it (:func:`conversation`)."""
     from transformers import AutoTokenizer
 
-    from interlock.training.examples import encode_trajectories, read_trajectories
+    from interlock.training.examples import TrainingItem, encode_trajectories, read_training_items
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    trajectories_by_id = {t.rollout_id: t for t in read_trajectories(trajectories)}
+    items = [i for i in read_training_items(trajectories) if isinstance(i, TrainingItem)]
+    trajectories_by_id = {i.trajectory.rollout_id: i.trajectory for i in items}
     encoded = encode_trajectories(trajectories_by_id.values(), tokenizer, max_length=max_length)
     if len(encoded.examples) < count:
         raise SystemExit(f"{trajectories}: {len(encoded.examples)} usable examples, fewer than {count} "

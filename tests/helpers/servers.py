@@ -3,16 +3,17 @@ vLLM's), and the rollouts every such server must carry."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import time
-import urllib.request
+import os
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
+from interlock.core.errors import InterlockError
 from interlock.models.openai_backend import OpenAIBackend
+from interlock.models.serving import ManagedServer
 from interlock.rollout.engine import RolloutLimits, run_episodes
 from interlock.rollout.runs import plan_episodes
 from interlock.rollout.trajectory import FINISH_REASONS
@@ -21,40 +22,36 @@ from interlock.synthesis.tasks import TaskContext
 from helpers.repo import command_timeout
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @contextmanager
 def serving(command: Sequence[str], port: int, env: dict | None = None) -> Iterator[str]:
-    """Start ``command`` (a server on ``127.0.0.1:port``), wait until ``/health`` answers 200, yield
+    """Start ``command`` (a server on ``127.0.0.1:port``) as the pipeline starts its own servers
+    (:class:`~interlock.models.serving.ManagedServer`), wait until ``/health`` answers 200, yield
     its ``/v1`` address; the test fails with the server's last words if it exits or never answers."""
-    process = subprocess.Popen(list(command), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + command_timeout()
-    try:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                pytest.fail(f"{command[0]} ... exited: {process.stderr.read().decode()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail(f"the server ({' '.join(command[:3])} ...) did not answer within "
-                        f"{command_timeout():g} s")
-        yield f"{url}/v1"
-    finally:
-        process.terminate()
+    with tempfile.TemporaryDirectory(prefix="interlock-server-") as logs:
+        server = ManagedServer(command, port, Path(logs) / "server.log", env=env, startup_s=command_timeout(),
+                               name=f"server ({' '.join(command[:3])} ...)")
         try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            server.start()
+        except InterlockError as exc:
+            pytest.fail(str(exc))
+        try:
+            yield server.base_url
+        finally:
+            server.stop()
+
+
+def vllm_processes_in(root: Path) -> list[str]:
+    """The pids of processes still running vLLM whose working directory is ``root`` (a stage's
+    managed servers run in the stage's directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and Path(os.readlink(entry / "cwd")) == root and \
+                    b"vllm" in (entry / "cmdline").read_bytes():
+                found.append(entry.name)
+        except OSError:
+            continue
+    return found
 
 
 def check_rollouts_through(server: str, checkpoint, tasks, work) -> None:

@@ -11,8 +11,10 @@ corrector), so its backends are interchangeable:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 from interlock.core.chat import Message
 
@@ -21,6 +23,8 @@ from interlock.core.chat import Message
 #: server never answered usably within its retries (``server_error``), or it answered with
 #: something that is not a completion (``bad_reply``). The last three end the episode.
 CompletionEnd = Literal["stop", "length", "context", "server_error", "bad_reply"]
+
+B = TypeVar("B")
 
 
 @dataclass(frozen=True)
@@ -84,3 +88,20 @@ class ConcurrentBackend(ChatBackend, Protocol):
     def complete_one(self, request: ChatRequest) -> Completion:
         """One episode's next assistant turn; called from several threads at once, and never
         raises for what a server does (a failure is a completion that ends the episode)."""
+
+
+def release(backend: object) -> None:
+    """Let a backend drop what it holds (a ``close`` method where it has one: a managed server
+    stops, a llama.cpp model frees its memory)."""
+    close = getattr(backend, "close", None)
+    if callable(close):
+        close()
+
+
+@contextmanager
+def releasing(backend: B) -> Iterator[B]:
+    """``backend`` for the ``with`` block, released when the block ends however it ends."""
+    try:
+        yield backend
+    finally:
+        release(backend)

@@ -154,6 +154,11 @@ class ServerConfig(_Strict):
     max_in_flight: int = Field(default=64, ge=1)  # requests out at once, over all servers
     max_retries: int = Field(default=5, ge=0)  # after timeouts, broken connections, 429 and 5xx answers
     timeout_s: float = Field(default=600.0, gt=0)  # for one request, from connecting to the last byte
+    #: where the stage manages its own server (``serve: vllm``): how it is laid out over the GPUs
+    #: (ignored on a CPU), and how long it may take to answer its health check
+    data_parallel_size: int = Field(default=1, ge=1)
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    startup_s: float = Field(default=900.0, gt=0)
 
 
 class TinyWeights(_Strict):
@@ -194,6 +199,15 @@ class BackboneConfig(_Strict):
     max_context: int = Field(ge=16)
     generation: GenerationConfig
     server: ServerConfig = ServerConfig()  # openai: the servers and the client's limits
+    #: ``vllm``: each stage that decodes serves its checkpoint itself (``vllm serve`` on loopback,
+    #: driven through the openai backend, stopped with the stage: interlock.models.serving); the
+    #: ``backend`` then does not apply. ``none``: ``backend`` runs the checkpoint
+    serve: Literal["none", "vllm"] = "none"
+
+    def builder(self) -> str:
+        """The registered backend that builds this backbone's: the stage's own server where
+        ``serve`` is set (``vllm-served``: interlock.models.serving), else ``backend``."""
+        return self.backend if self.serve == "none" else f"{self.serve}-served"
 
     @field_validator("backend")
     @classmethod
@@ -368,6 +382,7 @@ class GeneratorConfig(_Strict):
     #: (reported beside the reading critic's answers, never gating: interlock.review.model_critic)
     model_critic: bool = True
     server: ServerConfig = ServerConfig()  # openai: the servers and the client's limits
+    serve: Literal["none", "vllm"] = "none"  # vllm: the stage serves generator.model (as backbone.serve)
     price_per_mtok: PriceConfig = PriceConfig()
 
     @model_validator(mode="after")

@@ -11,6 +11,7 @@ to W&B, and turns bad input into one clear line on stderr and exit status 1.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -34,6 +35,13 @@ from interlock.core.tracking import LoggedRun, StageReport, log_stage
 Stage = Callable[[Params, Paths], StageReport | None]
 
 
+def main_process() -> bool:
+    """Whether this process is the main one of its stage (rank 0 of a launch such as ``accelerate
+    launch`` or ``torchrun``; the only one where the stage runs as one process): it alone writes
+    what the stage writes once (the checkpoint, metrics, timing, W&B run)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def task_progress(total: int, stage: str) -> tqdm:
     """A progress bar over the tasks a stage streams."""
     return tqdm(total=total, desc=stage, unit="task", mininterval=1.0, dynamic_ncols=True)
@@ -50,7 +58,7 @@ class StageTimer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if exc[0] is None:
+        if exc[0] is None and main_process():
             write_json(self.path, {"seconds": round(time.perf_counter() - self.start, 3)})
 
 

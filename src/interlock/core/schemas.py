@@ -174,6 +174,7 @@ TRAINING_MANIFEST = pa.schema([
     ("too_long", i64), ("nothing_to_learn", i64), ("tokens", i64), ("trained_tokens", i64),
     ("epochs", i64), ("steps", i64), ("seed", i64), ("recipe", s),
     ("losses", pa.list_(f64)), ("step_tokens", pa.list_(i64)), ("learning_rates", pa.list_(f64)),
+    ("processes", i64),  # the processes that trained it together (accelerate launch --num_processes)
 ])
 
 #: one evaluated episode (the ``evaluate`` stage): who (model), where (pool: ``dev``, ``benchmark``

@@ -24,7 +24,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from interlock.core import schemas
-from interlock.core.backend import ChatBackend
+from interlock.core.backend import ChatBackend, release
 from interlock.core.errors import InterlockError
 from interlock.core.io import fingerprint, read_rows, write_table, write_table_set
 from interlock.evaluation.benchmarks import Benchmark, RunSettings
@@ -206,13 +206,6 @@ def _summarize(models: Sequence[Model], benchmarks: Sequence[Benchmark],
 
 
 # ----------------------------------------------------------------------------- memory
-
-def release(backend: object) -> None:
-    """Let a backend drop what it holds (a ``close`` method where it has one)."""
-    close = getattr(backend, "close", None)
-    if callable(close):
-        close()
-
 
 def free_memory() -> None:
     """Collect garbage and hand freed accelerator memory back, so the next model fits."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interlock.core import schemas
-from interlock.core.backend import ChatBackend
+from interlock.core.backend import ChatBackend, releasing
 from interlock.core.config import InterventionConfig, Params
 from interlock.core.errors import InterlockError
 from interlock.core.io import batched, dumps, fingerprint, iter_row_groups, open_table, write_table, write_tsv
@@ -302,14 +302,16 @@ def intervene(params: Params, paths: Paths) -> StageReport:
     resolved = {"runtime": None if scripted else model_runtime(backbone, "generate", checkpoint),
                 "scorer_runtime": model_runtime(backbone, "generate", checkpoint, backend="transformers")}
     run_id = fingerprint(params.seed, config.model_dump(), backbone.name,
-                         backbone.backend, backbone.gguf, backbone.dtype, backbone.max_context,
+                         backbone.backend, backbone.serve, backbone.gguf, backbone.dtype,
+                         backbone.max_context,
                          backbone.generation.model_dump(), params.scale.rollouts.model_dump())
     # which rollouts were rejected is the configured judge's say (the accepted table); what failed,
     # with evidence, is the agent judge's compiled checks'
     verdicts = paths.judgements / "agent.parquet"
     if not verdicts.exists():
         raise InterlockError("no verdicts of the agent judge; run `dvc repro judge`", file=str(verdicts))
-    with AgentJudge(episode=EpisodeLimits.of(params.scale.rollouts)) as judge:
+    with releasing(roles.critic or roles.corrector), \
+            AgentJudge(episode=EpisodeLimits.of(params.scale.rollouts)) as judge:
         rows, metrics, plots = run_intervention(
             paths.trajectories, verdicts, _accepted_ids(paths.accepted_table), tasks, config=config,
             roles=roles, checkpoint=checkpoint, scorer_dtype=resolved["scorer_runtime"]["resolved_dtype"],

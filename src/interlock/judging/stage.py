@@ -23,6 +23,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from interlock.core import schemas
+from interlock.core.backend import releasing
 from interlock.core.config import Params
 from interlock.core.errors import InterlockError
 from interlock.core.io import (
@@ -315,8 +316,9 @@ def judge(params: Params, paths: Paths) -> StageReport:
                "context": JudgeContext(backend=model, episode=EpisodeLimits.of(params.scale.rollouts),
                                        sandbox=params.sandbox.provider)}
     folders = pack_folders(paths)
-    metrics = {"rollouts": run_judge(paths.trajectories, folders, paths.judgements, **options),
-               "calibration": run_judge(paths.validation, folders, paths.calibration, **options)}
+    with releasing(model):
+        metrics = {"rollouts": run_judge(paths.trajectories, folders, paths.judgements, **options),
+                   "calibration": run_judge(paths.validation, folders, paths.calibration, **options)}
     for pool, summary in metrics.items():
         report_bad_rows(f"judge: {pool}", summary["bad_rows"])
         for name, judged in summary["judges"].items():

@@ -41,9 +41,12 @@ def model_runtime(backbone: BackboneConfig, workload: str, checkpoint: Path, *,
     the model: on the CPU for the transformers backend, on the GPU where there is one for vllm
     and for training. llamacpp computes in its GGUF's precision (``gguf``; ``backbone.dtype`` does
     not apply: no resolved dtype), openai and other backends in what their servers or authors
-    chose (None). The torch backends load in this dtype, so the record is what runs."""
-    backend = backend or backbone.backend
-    record = {"backend": backend, "dtype": backbone.dtype, "resolved_dtype": None}
+    chose (None). The torch backends load in this dtype, so the record is what runs. Where the
+    stage serves its checkpoint itself (``backbone.serve``), ``backend`` is the engine of that
+    server and ``served`` is true."""
+    served = backend is None and backbone.serve != "none"
+    backend = backend or (backbone.serve if served else backbone.backend)
+    record = {"backend": backend, "served": served, "dtype": backbone.dtype, "resolved_dtype": None}
     if backend == "llamacpp":
         record["gguf"] = backbone.gguf
     elif backend in TORCH_BACKENDS:
@@ -56,6 +59,8 @@ def model_runtime(backbone: BackboneConfig, workload: str, checkpoint: Path, *,
 
 
 def make_backend(backbone: BackboneConfig, checkpoint: Path) -> ChatBackend:
+    """The configured backend over ``checkpoint``; with ``backbone.serve`` set, a server of the
+    checkpoint this process starts (and stops when the backend is released: its ``close``)."""
     if not (checkpoint / "config.json").is_file():
         raise InterlockError("no checkpoint here; run `dvc repro base_model` first", file=str(checkpoint))
-    return BACKENDS.get(backbone.backend)(backbone, checkpoint)
+    return BACKENDS.get(backbone.builder())(backbone, checkpoint)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from interlock.core import schemas
+from interlock.core.backend import releasing
 from interlock.core.config import GeneratorConfig, Params, PriceConfig
 from interlock.core.errors import InterlockError
 from interlock.core.io import batched, count_rows, read_rows, write_table_set
@@ -118,7 +119,7 @@ def review(params: Params, paths: Paths) -> StageReport:
     limits = RolloutLimits.of(params.scale.rollouts, params.backbone.generation)
     authored = params.generator.name == "llm"
     catalog = load_domains(paths.domains)
-    with AgentJudge(episode=limits.episode) as judge:
+    with releasing(solver), AgentJudge(episode=limits.episode) as judge:
         gate = ExecutionGate(solver, judge, policy=policy, seed=params.seed, limits=limits)
         summary = run_review(paths.graphs, paths.packs, paths.review, catalog=catalog, gate=gate,
                              authored=authored)
@@ -166,15 +167,16 @@ def run_model_critic(graphs_dir: Path, packs_dir: Path, generator: GeneratorConf
                      seed: int) -> tuple[list[dict], list[Call]]:
     """The model critic (:mod:`interlock.review.model_critic`) on every authored pack, through the
     generators' backend, ``generator.batch_tasks`` tasks asked together."""
-    backend, settings = author_backend(generator), settings_of(generator, seed)
+    settings = settings_of(generator, seed)
     rows: list[dict] = []
     calls: list[Call] = []
-    for graphs, packs in zip(iter_graphs(graphs_dir), iter_packs(packs_dir), strict=True):
-        by_id = {g.task_id: g for g in graphs}
-        for chunk in batched([(by_id[p.task_id], p) for p in packs], generator.batch_tasks):
-            made, spent = model_critic_rows(backend, chunk, settings)
-            rows += made
-            calls += spent
+    with releasing(author_backend(generator)) as backend:
+        for graphs, packs in zip(iter_graphs(graphs_dir), iter_packs(packs_dir), strict=True):
+            by_id = {g.task_id: g for g in graphs}
+            for chunk in batched([(by_id[p.task_id], p) for p in packs], generator.batch_tasks):
+                made, spent = model_critic_rows(backend, chunk, settings)
+                rows += made
+                calls += spent
     return rows, calls
 
 

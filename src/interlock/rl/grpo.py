@@ -10,6 +10,11 @@ this step, through the ``transformers`` backend: exactly on-policy), judges ever
 episode's sampling seed comes from the run's seed, the step and its place in the batch, so a run
 resumed from a checkpoint plays the steps after it as an uninterrupted run would.
 
+Under ``train.launcher`` (several processes) a step's prompts are shared out by TRL: each process
+plays and judges its share, seeded by each episode's place in the whole step (so the episodes are
+one process's), the step's figures are gathered to the main process, which alone writes the step
+log and the policy.
+
 Trainer checkpoints (weights, optimizer, scheduler, RNG states) go under ``work`` every
 ``save_steps``; a run killed at any point starts again from the last one, and a run under other
 settings starts afresh. The trained policy is written like every checkpoint of the project
@@ -29,6 +34,7 @@ from pathlib import Path
 
 from interlock.core.backend import ChatBackend
 from interlock.core.config import RLConfig
+from interlock.core.errors import InterlockError
 from interlock.core.io import fingerprint, write_json
 from interlock.core.seeds import stable_seed
 from interlock.judging.judges import Judge
@@ -66,9 +72,10 @@ class StepLog:
         """Forget the steps after the checkpoint a run resumes from (they will be played again)."""
         self.rows = [row for row in self.rows if row["step"] <= step]
 
-    def add(self, row: dict) -> None:
+    def add(self, row: dict, *, write: bool = True) -> None:
         self.rows = [r for r in self.rows if r["step"] != row["step"]] + [row]
-        write_json(self.path, self.rows)
+        if write:
+            write_json(self.path, self.rows)
 
 
 class GroupRollouts:
@@ -83,16 +90,19 @@ class GroupRollouts:
 
     def __call__(self, prompts: Sequence, trainer) -> dict[str, list]:
         step = trainer.state.global_step + 1
+        accelerator = trainer.accelerator
         tasks = [self.pool.task_for(prompt) for prompt in prompts]
-        seeds = [stable_seed(self.settings.seed, "rl", step, index) % 2**31 for index in range(len(tasks))]
+        first = accelerator.process_index * len(tasks)  # this share's place in the step
+        seeds = [stable_seed(self.settings.seed, "rl", step, first + index) % 2**31
+                 for index in range(len(tasks))]
         tokenizer = trainer.processing_class
         model = trainer.accelerator.unwrap_model(trainer.model)
         was_training = model.training
         start = time.perf_counter()
         try:
             backend = self.backend or _policy_backend(model, tokenizer, self.settings.max_context)
-            trajectories = play(tasks, seeds, backend, self.settings.limits, self.workdir,
-                                prefix=f"step{step}")
+            trajectories = play(tasks, seeds, backend, self.settings.limits,
+                                self.workdir / f"process-{accelerator.process_index}", prefix=f"step{step}")
         finally:
             model.train(was_training)
         played = time.perf_counter()
@@ -100,13 +110,23 @@ class GroupRollouts:
         judged = time.perf_counter()
         tokens = [policy_tokens(s.trajectory, tokenizer, self.settings.max_context) for s in scored]
         rewards, passed = [s.reward for s in scored], [float(s.passed) for s in scored]
-        self.log.add({"step": step, "reward": _mean(rewards), "pass_rate": _mean(passed),
-                      "episodes": len(scored),
-                      "failed": sum(s.trajectory.finish_reason in FAILED_ENDS or s.problem is not None
-                                    for s in scored),
-                      "untrained": sum(t.problem is not None for t in tokens),
-                      "rollout_seconds": round(played - start, 3), "judge_seconds": round(judged - played, 3),
-                      "seconds_per_episode": round((judged - start) / max(1, len(scored)), 3)})
+        share = {"rewards": rewards, "passed": passed,
+                 "failed": sum(s.trajectory.finish_reason in FAILED_ENDS or s.problem is not None
+                               for s in scored),
+                 "untrained": sum(t.problem is not None for t in tokens),
+                 "rollout_seconds": played - start, "judge_seconds": judged - played}
+        shares = accelerator.gather_for_metrics([share], use_gather_object=True) \
+            if accelerator.num_processes > 1 else [share]
+        every = [x for s in shares for x in s["rewards"]]
+        self.log.add({"step": step, "reward": _mean(every),
+                      "pass_rate": _mean([x for s in shares for x in s["passed"]]), "episodes": len(every),
+                      "failed": sum(s["failed"] for s in shares),
+                      "untrained": sum(s["untrained"] for s in shares),
+                      # the processes play at once: a step takes as long as its slowest share
+                      "rollout_seconds": round(max(s["rollout_seconds"] for s in shares), 3),
+                      "judge_seconds": round(max(s["judge_seconds"] for s in shares), 3),
+                      "seconds_per_episode": round((judged - start) / max(1, len(scored)), 3)},
+                     write=accelerator.is_main_process)
         return {"prompt_ids": [t.prompt_ids for t in tokens],
                 "completion_ids": [t.completion_ids for t in tokens],
                 "logprobs": [unavailable_logprobs(t.completion_ids) for t in tokens],
@@ -164,9 +184,15 @@ def train_grpo(start: Path, pool: TaskPool, judge: Judge, settings: GRPOSettings
     log.resume_at(resumed_at)
 
     gpu = torch.cuda.is_available()
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    episodes = rl.tasks_per_step * rl.group_size
+    if episodes % processes:
+        raise InterlockError(f"a step's {episodes} episodes ({rl.tasks_per_step} tasks x {rl.group_size}) "
+                             f"cannot be shared out evenly between {processes} processes",
+                             field="train.rl.tasks_per_step")
     model, tokenizer = load_checkpoint(start, "cuda" if gpu else "cpu", "float32")
     args = GRPOConfig(
-        output_dir=str(trainer_dir), per_device_train_batch_size=rl.tasks_per_step * rl.group_size,
+        output_dir=str(trainer_dir), per_device_train_batch_size=episodes // processes,
         num_generations=rl.group_size, max_steps=rl.steps, learning_rate=rl.learning_rate, beta=rl.kl,
         lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=settings.max_grad_norm,
         reward_weights=[1.0, 0.0], logging_steps=1, save_strategy="steps", save_steps=rl.save_steps,
@@ -176,16 +202,22 @@ def train_grpo(start: Path, pool: TaskPool, judge: Judge, settings: GRPOSettings
     trainer = GRPOTrainer(model=model, reward_funcs=[judged_reward, judged_pass], args=args,
                           train_dataset=Dataset.from_list([{"prompt": p} for p in pool.prompts()]),
                           processing_class=tokenizer, rollout_func=rollouts, callbacks=list(callbacks))
+    if trainer.accelerator.num_processes != processes:
+        raise InterlockError(f"this process was launched as one of {processes}, but the trainer sees "
+                             f"{trainer.accelerator.num_processes}", field="train.launcher")
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume)
     seconds = time.perf_counter() - started
-    trained = trainer.accelerator.unwrap_model(trainer.model).eval()
-    trained.config.use_cache = True
-    save_checkpoint(trained.to("cpu"), tokenizer, out, source="finetuned", origin=str(start), name="rl",
-                    max_context=settings.max_context, origin_sha256=weights_sha256(start),
-                    compute_dtype=settings.compute_dtype,
-                    notes=f"GRPO, {rl.steps} steps of {rl.tasks_per_step} tasks x {rl.group_size} episodes, "
-                          f"reward {rl.reward}")
+    main = trainer.accelerator.is_main_process
+    if main:
+        trained = trainer.accelerator.unwrap_model(trainer.model).eval()
+        trained.config.use_cache = True
+        save_checkpoint(trained.to("cpu"), tokenizer, out, source="finetuned", origin=str(start), name="rl",
+                        max_context=settings.max_context, origin_sha256=weights_sha256(start),
+                        compute_dtype=settings.compute_dtype,
+                        notes=f"GRPO, {rl.steps} steps of {rl.tasks_per_step} tasks x {rl.group_size} "
+                              f"episodes, reward {rl.reward}, {processes} process(es)")
+    trainer.accelerator.wait_for_everyone()
     rows = log.rows
     played = [row for row in rows if row["step"] > resumed_at]
     metrics = {
@@ -200,6 +232,8 @@ def train_grpo(start: Path, pool: TaskPool, judge: Judge, settings: GRPOSettings
         "seconds_per_step": round(seconds / max(1, len(played)), 2),
         "seconds_per_episode": _mean([r["seconds_per_episode"] for r in played]),
         "loss_type": args.loss_type,
+        "processes": processes,
     }
-    shutil.rmtree(work, ignore_errors=True)  # finished: nothing to resume
+    if main:
+        shutil.rmtree(work, ignore_errors=True)  # finished: nothing to resume
     return metrics, rows

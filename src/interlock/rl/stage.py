@@ -17,6 +17,7 @@ from pathlib import Path
 from interlock.core.config import Params
 from interlock.core.io import write_tsv
 from interlock.core.paths import Paths
+from interlock.core.runner import main_process
 from interlock.core.tracking import StageReport
 from interlock.judging.agent import AgentJudge
 from interlock.models.backends import model_runtime
@@ -47,8 +48,12 @@ def rl_limits(params: Params) -> RolloutLimits:
                          temperature=generation.temperature)
 
 
-def rl(params: Params, paths: Paths) -> StageReport:
+def rl(params: Params, paths: Paths) -> StageReport | None:
+    """The stage; None in every process but the main one under ``train.launcher`` (it alone
+    writes and reports)."""
     out, config = paths.model("rl"), params.train.rl
+    if not config.enabled and not main_process():
+        return None
     if not config.enabled:
         reason = f"train={params.train.name} trains no RL policy (train=grpo does)"
         write_untrained(out, reason)
@@ -63,6 +68,8 @@ def rl(params: Params, paths: Paths) -> StageReport:
     pool = TaskPool(admitted_tasks(paths, load_domains(paths.domains), "rft"))
     with AgentJudge(episode=limits.episode, sandbox=params.sandbox.provider) as judge:
         metrics, steps = train_grpo(start, pool, judge, settings, out, paths.rl_work)
+    if not main_process():
+        return None
     write_step_plots(paths.rl_plot, steps)
     reward, passed = metrics["reward"], metrics["pass_rate"]
     print(f"rl: {metrics['steps']} steps, {metrics['episodes']} episodes on {metrics['tasks']} tasks; reward "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from interlock.core.backend import releasing
 from interlock.core.config import Params
 from interlock.core.io import fingerprint
 from interlock.core.paths import Paths
@@ -35,16 +36,18 @@ def rollouts(params: Params, paths: Paths) -> StageReport:
     backend, policy, runtime = solver_backend(config.solver, params, checkpoint, config.policy)
     noisy = params.scale.validation if config.solver == "noisy" else None
     # names the resumable parts: a run under other settings starts afresh
-    run_id = fingerprint(params.seed, config.model_dump(), backbone.name, backbone.backend, backbone.gguf,
+    run_id = fingerprint(params.seed, config.model_dump(), backbone.name, backbone.backend, backbone.serve,
+                         backbone.gguf,
                          backbone.dtype,
                          backbone.max_context, backbone.generation.model_dump(), read_manifest(checkpoint),
                          noisy and [noisy.skip_effect, noisy.ignore_coupling])
     chosen = rollout_ids(paths, matched=params.synthesis.match_rollouts, seed=params.seed)
     episodes = plan_episodes(admitted_tasks(paths, load_domains(paths.domains), "rft", set(chosen)),
                              policy=policy, attempts=config.attempts, seed=params.seed)
-    summary = run_rollouts(episodes, backend, RolloutLimits.of(config, backbone.generation),
-                           total=len(chosen) * config.attempts, out=paths.trajectories,
-                           timings=paths.rollout_timings, work=paths.rollouts_work, run_id=run_id,
-                           batch_size=config.batch_size)
+    with releasing(backend):
+        summary = run_rollouts(episodes, backend, RolloutLimits.of(config, backbone.generation),
+                               total=len(chosen) * config.attempts, out=paths.trajectories,
+                               timings=paths.rollout_timings, work=paths.rollouts_work, run_id=run_id,
+                               batch_size=config.batch_size)
     print(f"rollouts: {summary['episodes']} episodes, {summary['finish_reasons']}")
     return StageReport(summary, config={"runtime": runtime})

@@ -49,6 +49,11 @@ class Example:
     def trained_tokens(self) -> int:
         return sum(self.loss_mask)
 
+    @property
+    def targets(self) -> int:
+        """The positions whose next token carries loss (the first token has no position before it)."""
+        return sum(self.loss_mask[1:])
+
 
 @dataclass(frozen=True)
 class ExampleSet:

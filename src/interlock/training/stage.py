@@ -24,6 +24,7 @@ from typing import Literal
 from interlock.core.config import Params
 from interlock.core.io import write_tsv
 from interlock.core.paths import Paths
+from interlock.core.runner import main_process
 from interlock.core.seeds import stable_seed
 from interlock.core.tracking import StageReport
 from interlock.models.backends import model_runtime
@@ -44,16 +45,16 @@ def run_fine_tuning(params: Params, paths: Paths, phase: Literal["demo", "rft"])
     out = paths.model(name)
     start = paths.base_model if phase == "demo" else paths.model(params.scale.rollouts.policy)
     runtime = model_runtime(params.backbone, "train", start, backend="transformers")
-    main_process = int(os.environ.get("RANK", "0")) == 0
+    main = main_process()
     if phase == "demo":
         recipe = params.train.recipe(phase, stable_seed(params.seed, stage))
         metrics = fine_tune_on_trajectories(paths.demos_table, start, out, recipe, name=name,
                                             max_context=params.backbone.max_context,
                                             compute_dtype=runtime["resolved_dtype"])
-        curves = {name: loss_curve(out)} if main_process else {}
+        curves = {name: loss_curve(out)} if main else {}
     else:
-        metrics, curves = _rft_seeds(params, paths, start, out, name, main_process, runtime["resolved_dtype"])
-    if not main_process:
+        metrics, curves = _rft_seeds(params, paths, start, out, name, main, runtime["resolved_dtype"])
+    if not main:
         return None
     if phase == "demo":
         write_tsv(paths.demo_sft_loss, curves[name], LOSS_COLUMNS)
@@ -66,7 +67,7 @@ def run_fine_tuning(params: Params, paths: Paths, phase: Literal["demo", "rft"])
     return StageReport(metrics, {"loss": losses}, config={"runtime": runtime})
 
 
-def _rft_seeds(params: Params, paths: Paths, start: Path, out: Path, name: str, main_process: bool,
+def _rft_seeds(params: Params, paths: Paths, start: Path, out: Path, name: str, main: bool,
                compute_dtype: str) -> tuple[dict, dict[str, list[dict]]]:
     """Train every seed (one untrained copy when there is nothing to train); the stage's metrics
     (per seed under ``by_seed``, totals and means at the top) and each seed's loss curve."""
@@ -79,7 +80,7 @@ def _rft_seeds(params: Params, paths: Paths, start: Path, out: Path, name: str, 
             max_context=params.backbone.max_context, compute_dtype=compute_dtype)
         if not by_seed[folder]["trained"]:
             break
-    if main_process and out.is_dir():  # an earlier run's checkpoints: more seeds, another layout
+    if main and out.is_dir():  # an earlier run's checkpoints: more seeds, another layout
         for stale in sorted(set(os.listdir(out)) - set(by_seed)):
             path = out / stale
             if path.is_dir():
@@ -103,7 +104,7 @@ def _rft_seeds(params: Params, paths: Paths, start: Path, out: Path, name: str, 
         **({"by_source": first["by_source"]} if "by_source" in first else {}),  # examples per source
         "by_seed": by_seed,
     }
-    curves = {folder: loss_curve(out / folder) for folder in by_seed} if main_process else {}
+    curves = {folder: loss_curve(out / folder) for folder in by_seed} if main else {}
     return metrics, curves
 
 

@@ -22,9 +22,12 @@ matter for cost and for what is learnt:
   under ``torch.autocast`` in bf16, the loss in fp32. float32 computes without autocast, exactly as
   before it existed. float16 is refused: fp16 gradients need loss scaling, which this loop does not
   do. The checkpoint's manifest records the compute dtype (``compute_dtype``) beside its weights';
-- **several GPUs**: the same function under ``accelerate launch`` (DDP, FSDP or DeepSpeed as
-  configured with ``accelerate config``); each process takes every n-th row, and only the main
-  process writes the checkpoint.
+- **several processes**: the same function under ``accelerate launch`` (DDP, FSDP or DeepSpeed as
+  configured with ``accelerate config``; gloo on CPUs). An optimizer step is the same rows whatever
+  the number of processes, each process taking every n-th row of it, and its loss is normalised by
+  the step's target tokens over all processes: the steps, their tokens and (up to the order of
+  float sums) their losses and updates are one process's. Only the main process writes the
+  checkpoint.
 
 The result is a checkpoint in the project's form with ``training.parquet`` beside the manifest:
 the data hash, example and token counts, steps and the loss of every step.
@@ -33,6 +36,7 @@ the data hash, example and token counts, steps and the loss of every step.
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from contextlib import nullcontext
@@ -61,16 +65,20 @@ class TrainingResult:
     tokens_per_second: float  # tokens the model processed (context included) per wall second
 
 
-def step_plan(lengths: list[int], recipe: Recipe, epoch: int, rank: int = 0,
-              world: int = 1) -> list[list[list[int]]]:
-    """This process's optimizer steps in one epoch: each a list of rows (example indices).
-
-    Every process gets the same number of rows (the last few of an epoch may be dropped so the
-    processes stay in step); a step takes ``gradient_accumulation`` rows."""
+def step_plan(lengths: list[int], recipe: Recipe, epoch: int) -> list[list[list[int]]]:
+    """The optimizer steps of one epoch, the same in every process: each a list of up to
+    ``gradient_accumulation`` rows (example indices)."""
     rows = plan_rows(lengths, recipe.batch_tokens, stable_seed(recipe.seed, "rows", epoch))
-    mine = rows[rank::world][: len(rows) // world]
     size = recipe.gradient_accumulation
-    return [mine[i:i + size] for i in range(0, len(mine), size)]
+    return [rows[i:i + size] for i in range(0, len(rows), size)]
+
+
+def process_rows(step: list[list[int]], rank: int, world: int) -> tuple[list[list[int]], float]:
+    """Process ``rank``'s rows of a step (every ``world``-th) and the scale of their loss: a
+    process the step has no row for runs its first row at scale 0, because every process must
+    take part in each exchange of gradients."""
+    mine = step[rank::world]
+    return (mine, 1.0) if mine else (step[:1], 0.0)
 
 
 def fine_tune(start: Path, data: ExampleSet, recipe: Recipe, out_dir: Path, *, name: str,
@@ -82,14 +90,11 @@ def fine_tune(start: Path, data: ExampleSet, recipe: Recipe, out_dir: Path, *, n
     says so; its manifest has no compute dtype), so the pipeline can finish and report that
     nothing was learnt."""
     import torch
-    from accelerate import Accelerator
     from transformers import get_scheduler
 
     autocast_to = autocast_dtype(compute_dtype)  # refused before anything loads
-    accelerator = Accelerator()
+    accelerator = launched_accelerator()
     world, rank = accelerator.num_processes, accelerator.process_index
-    if data.examples and len(data.examples) < world:
-        raise InterlockError(f"{len(data.examples)} examples cannot feed {world} processes", field="examples")
     random.seed(recipe.seed)
     torch.manual_seed(recipe.seed)
     model, tokenizer = load_checkpoint(start)
@@ -97,7 +102,7 @@ def fine_tune(start: Path, data: ExampleSet, recipe: Recipe, out_dir: Path, *, n
     if recipe.lora is not None:
         model = _with_lora(model, recipe.lora)
     lengths = [len(e) for e in data.examples]
-    plans = [step_plan(lengths, recipe, e, rank, world) for e in range(recipe.epochs)] if lengths else []
+    plans = [step_plan(lengths, recipe, e) for e in range(recipe.epochs)] if lengths else []
     total_steps = sum(len(plan) for plan in plans)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=recipe.learning_rate,
                                   weight_decay=recipe.weight_decay)
@@ -112,8 +117,12 @@ def fine_tune(start: Path, data: ExampleSet, recipe: Recipe, out_dir: Path, *, n
                disable=not accelerator.is_main_process)
     for epoch, plan in enumerate(plans):
         for step in plan:
-            rows = [pack([data.examples[i] for i in row]) for row in step]
-            loss, tokens = _optimizer_step(model, rows, accelerator, recipe.max_grad_norm, autocast_to)
+            mine, scale = process_rows(step, rank, world)
+            rows = [pack([data.examples[i] for i in row]) for row in mine]
+            targets = sum(data.examples[i].targets for row in step for i in row)
+            loss = _optimizer_step(model, rows, scale / max(1, targets), accelerator, recipe.max_grad_norm,
+                                   autocast_to)
+            tokens = sum(lengths[i] for row in step for i in row)
             rates.append(scheduler.get_last_lr()[0])
             optimizer.step()
             scheduler.step()
@@ -132,7 +141,7 @@ def fine_tune(start: Path, data: ExampleSet, recipe: Recipe, out_dir: Path, *, n
               "trained_tokens": data.trained_tokens, "epochs": recipe.epochs if plans else 0,
               "steps": total_steps, "seed": recipe.seed, "recipe": dumps(recipe.model_dump()),
               "losses": [round(x, 6) for x in losses], "step_tokens": step_tokens,
-              "learning_rates": [float(f"{x:.8g}") for x in rates]}
+              "learning_rates": [float(f"{x:.8g}") for x in rates], "processes": world}
     if accelerator.is_main_process:
         trained = accelerator.unwrap_model(model)
         if recipe.lora is not None:
@@ -145,7 +154,25 @@ def fine_tune(start: Path, data: ExampleSet, recipe: Recipe, out_dir: Path, *, n
                         compute_dtype=compute_dtype if total_steps else None,
                         tables={TRAINING_FILE: ([record], schemas.TRAINING_MANIFEST)})
     accelerator.wait_for_everyone()
-    return TrainingResult(record, seconds, seen_tokens * world / seconds if seconds and seen_tokens else 0.0)
+    return TrainingResult(record, seconds, seen_tokens / seconds if seconds and seen_tokens else 0.0)
+
+
+def launched_accelerator():
+    """The Accelerator of this process, on the CPU where there is no GPU (gloo between processes:
+    accelerate takes CPU processes as one job only when told they are on the CPU). A process
+    started as one of several (``WORLD_SIZE``, as ``torchrun`` and ``accelerate launch --multi_gpu``
+    set it) that accelerate sees alone is refused: each would train a whole model and write it."""
+    import torch
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched != accelerator.num_processes:
+        raise InterlockError(f"this process was launched as one of {launched}, but accelerate sees "
+                             f"{accelerator.num_processes}; on CPUs launch with `accelerate launch "
+                             f"--multi_gpu --num_processes N` or `torchrun --nproc_per_node N` "
+                             f"(accelerate's --cpu starts one process)", field="train.launcher")
+    return accelerator
 
 
 def row_loss(model, row: PackedRow, device) -> object:
@@ -173,28 +200,32 @@ def autocast_dtype(compute_dtype: str):
                          field="backbone.dtype")
 
 
-def _optimizer_step(model, rows: list[PackedRow], accelerator, max_grad_norm: float,
-                    autocast_to) -> tuple[float, int]:
-    """Accumulate the rows' gradients, the forward under autocast to ``autocast_to`` (a torch
-    dtype; None: no autocast); return the step's loss (the weighted sum of its target-token losses over its
-    number of target tokens) and its tokens. The normalizer is the token count, not the weight
-    sum, so an example's weight scales its gradient even when it is alone in a step."""
+def _optimizer_step(model, rows: list[PackedRow], scale: float, accelerator, max_grad_norm: float,
+                    autocast_to) -> float:
+    """Accumulate this process's rows' gradients, each row's weighted target-token loss times
+    ``scale`` (one over the step's target tokens in all processes: the token count, not the weight
+    sum, so an example's weight scales its gradient even when it is alone in a step), the forward
+    under autocast to ``autocast_to`` (a torch dtype; None: no autocast). DDP averages the
+    processes' gradients, so each backward is multiplied by their number to sum them instead.
+    Returns the step's loss over all processes."""
     import torch
 
-    normalizer = sum(int(row.targets.numel()) for row in rows) or 1
+    world = accelerator.num_processes
     total = 0.0
     for index, row in enumerate(rows):
         last = index == len(rows) - 1
-        with accelerator.no_sync(model) if not last and accelerator.num_processes > 1 else nullcontext():
+        with accelerator.no_sync(model) if not last and world > 1 else nullcontext():
             with torch.autocast(accelerator.device.type, dtype=autocast_to) if autocast_to else nullcontext():
-                loss = row_loss(model, row, accelerator.device) / normalizer
-            accelerator.backward(loss)
+                loss = row_loss(model, row, accelerator.device) * scale
+            accelerator.backward(loss * world)
             total += float(loss.detach())
     accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+    if world > 1:
+        total = float(accelerator.reduce(torch.tensor(total, device=accelerator.device), "sum"))
     if not math.isfinite(total):
         raise InterlockError("the training loss is not finite; lower the learning rate",
                              field="train.learning_rate")
-    return total, sum(row.tokens for row in rows)
+    return total
 
 
 def _with_lora(model, lora: LoraConfig):

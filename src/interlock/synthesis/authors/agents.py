@@ -151,9 +151,10 @@ def author_backend(generator: GeneratorConfig) -> ChatBackend:
     backbone = BackboneConfig(name="generator", weights={"source": "pretrained", "model": str(model)},
                               backend=str(generator.backend), dtype=generator.dtype,
                               max_context=generator.max_context, server=generator.server,
+                              serve=generator.serve,
                               generation=GenerationConfig(temperature=generator.temperature,
                                                           max_new_tokens=generator.max_new_tokens))
-    return BACKENDS.get(backbone.backend)(backbone, model)
+    return BACKENDS.get(backbone.builder())(backbone, model)
 
 
 def settings_of(generator: GeneratorConfig, seed: int) -> AuthorSettings:

@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from interlock.core import schemas
-from interlock.core.backend import ChatBackend
+from interlock.core.backend import ChatBackend, releasing
 from interlock.core.config import Params
 from interlock.core.io import batched, count_rows, write_table, write_table_set
 from interlock.core.paths import Paths
@@ -62,9 +62,10 @@ def packs(params: Params, paths: Paths) -> None:
         print(f"packs: {run_packs(paths.domains, paths.graphs, paths.packs)}")
         write_table(paths.author_timings, [], schemas.AUTHOR_TIMINGS)
         return
-    counts = run_authored_packs(paths.domains, paths.graphs, paths.packs, paths.author_timings,
-                                backend=author_backend(generator), batch_tasks=generator.batch_tasks,
-                                settings=settings_of(generator, params.seed))
+    with releasing(author_backend(generator)) as backend:
+        counts = run_authored_packs(paths.domains, paths.graphs, paths.packs, paths.author_timings,
+                                    backend=backend, batch_tasks=generator.batch_tasks,
+                                    settings=settings_of(generator, params.seed))
     print(f"packs: {counts['packs']} written by the {generator.backend} authors, {counts['unwritten']} not "
           f"({counts['calls']} calls, {counts['prompt_tokens']} prompt and {counts['completion_tokens']} "
           "completion tokens)")

@@ -1,0 +1,275 @@
+"""Servers the pipeline manages: a stage told to serve its checkpoint (``backbone.serve: vllm``)
+starts ``vllm serve`` on a free loopback port, waits for its ``/health``, drives it through the
+``openai`` backend, and stops it when the stage is done with it, whatever happens to the stage.
+
+What "whatever happens" covers, and how:
+
+- the stage finishes or raises: the backend's ``close`` (the stages release their backends, and an
+  ``atexit`` hook stops any server still up when the interpreter exits);
+- the stage is sent SIGTERM or SIGINT: the handler installed while a server runs turns the signal
+  into ``SystemExit``, so the same hooks run;
+- the stage is killed outright (SIGKILL): the server's supervisor was started with a parent-death
+  signal (Linux ``PR_SET_PDEATHSIG``), so it receives SIGTERM from the kernel and takes the
+  server's process group down (:mod:`interlock.models._supervisor`);
+- the server dies under the stage: the next request that fails finds the process gone and raises
+  :class:`ServerExited`, naming the server's log (the stage's resume picks up from there).
+
+The server runs in a session of its own under a small supervisor, and stopping it signals the
+whole group (vLLM's engine core is a child process): SIGTERM, then SIGKILL after
+:data:`STOP_GRACE_S`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from interlock.core.backend import ChatRequest, Completion, EpisodeTask
+from interlock.core.config import BackboneConfig
+from interlock.core.errors import InterlockError
+from interlock.core.registry import BACKENDS
+
+#: where the managed servers write their logs, relative to the stage's working directory
+SERVER_LOGS = Path("data/.servers")
+#: seconds a stopped server has to exit after SIGTERM before it is killed
+STOP_GRACE_S = 30.0
+#: how many of the log's last bytes an error quotes
+LOG_TAIL_BYTES = 3000
+
+_PR_SET_PDEATHSIG = 1
+
+
+class ServerExited(InterlockError):
+    """A managed server stopped while the stage still needed it."""
+
+
+def free_port() -> int:
+    """A TCP port on the loopback address nobody listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def log_tail(path: Path, size: int = LOG_TAIL_BYTES) -> str:
+    """The last ``size`` bytes of a log, as text ('' when it is not there)."""
+    try:
+        with path.open("rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - size))
+            return log.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child, before ``exec``: ask the kernel for SIGTERM when the parent dies, and exit now
+    if it already has (the request only covers a death after it was made)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+class ManagedServer:
+    """One server process on ``127.0.0.1:port``, started by :meth:`start` and stopped by
+    :meth:`stop` (idempotent). ``command`` must make it listen on that port."""
+
+    def __init__(self, command: Sequence[str], port: int, log: Path, *, env: dict | None = None,
+                 startup_s: float = 900.0, name: str = "server") -> None:
+        self.command, self.port, self.log, self.env = list(command), port, Path(log), env
+        self.startup_s, self.name = startup_s, name
+        self.process: subprocess.Popen | None = None
+        self.url = f"http://127.0.0.1:{port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def start(self) -> ManagedServer:
+        """Start the process and wait until ``/health`` answers 200; raise :class:`ServerExited`
+        (with the log's end) if it exits first, or :class:`InterlockError` after ``startup_s``."""
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        parent = os.getpid()
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen([sys.executable, "-m", "interlock.models._supervisor",
+                                             *self.command], stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env=self.env,
+                                            start_new_session=True,
+                                            preexec_fn=lambda: _die_with_parent(parent))
+        _LIVE.add(self)
+        deadline = time.monotonic() + self.startup_s
+        try:
+            while not self.healthy():
+                self.check()
+                if time.monotonic() > deadline:
+                    raise InterlockError(f"the {self.name} did not answer on {self.url}/health within "
+                                         f"{self.startup_s:g} s; its log: {self.log}", file=str(self.log))
+                time.sleep(0.5)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=5) as answer:
+                return answer.status == 200
+        except OSError:
+            return False
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def check(self) -> None:
+        """Raise :class:`ServerExited`, naming the log and quoting its end, if the process is gone."""
+        if self.process is not None and self.process.poll() is not None:
+            raise ServerExited(f"the {self.name} exited; its log: {self.log}\n... {log_tail(self.log)}",
+                               file=str(self.log))
+
+    def stop(self) -> None:
+        """SIGTERM to the server's process group, SIGKILL after :data:`STOP_GRACE_S`; then wait."""
+        process, self.process = self.process, None
+        _LIVE.discard(self)
+        if process is None:
+            return
+        if process.poll() is None:
+            _signal_group(process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=STOP_GRACE_S)
+        _signal_group(process.pid, signal.SIGKILL)  # what is left of the group (engine children)
+        process.wait()
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signum)
+
+
+class _LiveServers:
+    """The managed servers up in this process: stopped at exit, and on SIGTERM/SIGINT (turned into
+    ``SystemExit`` while any is up, so the stage's own clean-up runs too)."""
+
+    def __init__(self) -> None:
+        self.servers: set[ManagedServer] = set()
+        self.lock = threading.Lock()
+        self.previous: dict[int, object] = {}
+        atexit.register(self.stop_all)
+
+    def add(self, server: ManagedServer) -> None:
+        with self.lock:
+            if not self.servers and threading.current_thread() is threading.main_thread():
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    self.previous[signum] = signal.signal(signum, _exit_on_signal)
+            self.servers.add(server)
+
+    def discard(self, server: ManagedServer) -> None:
+        with self.lock:
+            self.servers.discard(server)
+            if not self.servers and threading.current_thread() is threading.main_thread():
+                for signum, handler in self.previous.items():
+                    signal.signal(signum, handler)
+                self.previous.clear()
+
+    def stop_all(self) -> None:
+        for server in list(self.servers):
+            server.stop()
+
+
+def _exit_on_signal(signum: int, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+_LIVE = _LiveServers()
+
+
+def vllm_command(checkpoint: Path, port: int, *, dtype: str, max_model_len: int,
+                 data_parallel_size: int = 1, tensor_parallel_size: int = 1, gpu: bool) -> list[str]:
+    """``vllm serve`` as the pipeline runs it: the checkpoint under its own path as the model name
+    (what the stages ask for), the project's ``<tool_call>`` format parsed (hermes), seeded; on a
+    CPU in eager mode without chunked prefill, as the in-process backend runs it
+    (:mod:`interlock.models.vllm_backend`)."""
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint),
+               "--served-model-name", str(checkpoint), "--host", "127.0.0.1", "--port", str(port),
+               "--dtype", dtype, "--max-model-len", str(max_model_len), "--seed", "0",
+               "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    if gpu:
+        command += ["--data-parallel-size", str(data_parallel_size),
+                    "--tensor-parallel-size", str(tensor_parallel_size)]
+    else:
+        command += ["--enforce-eager", "--no-enable-chunked-prefill"]
+    return command
+
+
+@dataclass
+class ServedBackend:
+    """The ``openai`` backend over a server this process manages; ``close`` stops the server. A
+    request that fails while the server is gone raises :class:`ServerExited` instead of ending its
+    episode as ``server_error``: the stage stops with the log's name, and resumes when run again."""
+
+    client: object  # an OpenAIBackend
+    server: ManagedServer
+
+    @property
+    def name(self) -> str:
+        return self.client.name
+
+    @property
+    def max_in_flight(self) -> int:
+        return self.client.max_in_flight
+
+    def begin(self, key: str, task: EpisodeTask) -> None:
+        self.client.begin(key, task)
+
+    def end(self, key: str) -> None:
+        self.client.end(key)
+
+    def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+        return [self._checked(c) for c in self.client.complete(requests)]
+
+    def complete_one(self, request: ChatRequest) -> Completion:
+        return self._checked(self.client.complete_one(request))
+
+    def _checked(self, completion: Completion) -> Completion:
+        if completion.finish_reason == "server_error":
+            self.server.check()
+        return completion
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+@BACKENDS.register("vllm-served")
+def serve_vllm(backbone: BackboneConfig, checkpoint: Path) -> ServedBackend:
+    """Start ``vllm serve`` for ``checkpoint`` (in the dtype ``backbone.dtype`` resolves to for
+    vLLM, the context ``backbone.max_context``, laid out as ``backbone.server`` says on GPUs) and
+    return the ``openai`` backend over it, with ``backbone.server``'s client limits."""
+    import torch
+
+    from interlock.models.backends import model_runtime
+    from interlock.models.openai_backend import OpenAIBackend
+    from interlock.models.vllm_backend import CPU_KV_CACHE_GIB
+
+    settings, port = backbone.server, free_port()
+    dtype = model_runtime(backbone, "generate", checkpoint)["resolved_dtype"]
+    command = vllm_command(checkpoint, port, dtype=dtype, max_model_len=backbone.max_context,
+                           data_parallel_size=settings.data_parallel_size,
+                           tensor_parallel_size=settings.tensor_parallel_size, gpu=torch.cuda.is_available())
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(CPU_KV_CACHE_GIB), **os.environ}
+    log = SERVER_LOGS / f"{'-'.join(Path(checkpoint).parts[-2:])}.{port}.log"
+    server = ManagedServer(command, port, log, env=env, startup_s=settings.startup_s,
+                           name=f"vLLM server of {checkpoint}").start()
+    client = OpenAIBackend(server.base_url, str(checkpoint), max_in_flight=settings.max_in_flight,
+                           max_retries=settings.max_retries, timeout_s=settings.timeout_s)
+    return ServedBackend(client, server)
