@@ -170,3 +170,20 @@ def test_a_stage_that_is_killed_takes_its_server_with_it(script, tmp_path, signu
         survivors[mode] = not gone(pids) if mode == "managed" else all(alive(pid) for pid in pids)
         kill_all(pids)
     assert survivors == {"managed": False, "plain": True}
+
+
+def test_serving_without_vllm_installed_says_how_to_install_it(tiny_checkpoint, monkeypatch) -> None:
+    import importlib.util
+
+    from interlock.core.config import BackboneConfig, GenerationConfig
+    from interlock.core.errors import InterlockError
+    from interlock.models.backends import make_backend
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real(name, *a))
+    backbone = BackboneConfig(name="tiny", weights={"source": "pretrained", "model": str(tiny_checkpoint)},
+                              backend="transformers", serve="vllm", dtype="float32", max_context=512,
+                              generation=GenerationConfig(temperature=0.0, max_new_tokens=8))
+    with pytest.raises(InterlockError, match="needs vLLM in this environment: `make vllm`"):
+        make_backend(backbone, tiny_checkpoint)

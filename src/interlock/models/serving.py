@@ -49,6 +49,8 @@ STOP_GRACE_S = 30.0
 LOG_TAIL_BYTES = 3000
 
 _PR_SET_PDEATHSIG = 1
+#: an opener that ignores $http_proxy and the like
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class ServerExited(InterlockError):
@@ -123,8 +125,10 @@ class ManagedServer:
         return self
 
     def healthy(self) -> bool:
+        """Whether ``/health`` answers 200 (asked directly: a proxy the environment names is no
+        way to the loopback address)."""
         try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=5) as answer:
+            with _DIRECT.open(f"{self.url}/health", timeout=5) as answer:
                 return answer.status == 200
         except OSError:
             return False
@@ -255,12 +259,17 @@ def serve_vllm(backbone: BackboneConfig, checkpoint: Path) -> ServedBackend:
     """Start ``vllm serve`` for ``checkpoint`` (in the dtype ``backbone.dtype`` resolves to for
     vLLM, the context ``backbone.max_context``, laid out as ``backbone.server`` says on GPUs) and
     return the ``openai`` backend over it, with ``backbone.server``'s client limits."""
+    import importlib.util
+
     import torch
 
     from interlock.models.backends import model_runtime
     from interlock.models.openai_backend import OpenAIBackend
     from interlock.models.vllm_backend import CPU_KV_CACHE_GIB
 
+    if importlib.util.find_spec("vllm") is None:
+        raise InterlockError("backbone.serve=vllm needs vLLM in this environment: `make vllm` on a CPU, "
+                             "the gpu extra on a GPU (docs/scale-out.md)", field="backbone.serve")
     settings, port = backbone.server, free_port()
     dtype = model_runtime(backbone, "generate", checkpoint)["resolved_dtype"]
     command = vllm_command(checkpoint, port, dtype=dtype, max_model_len=backbone.max_context,
