@@ -178,3 +178,18 @@ def test_a_process_launched_as_one_of_several_that_trains_alone_is_refused(monke
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(InterlockError, match="launched as one of 2, but accelerate sees 1"):
         launched_accelerator()
+
+
+def test_accelerates_cpu_flag_trains_in_one_process_and_says_so(tmp_path) -> None:
+    """`accelerate launch --cpu --num_processes 2` starts one process (accelerate's simple
+    launcher): it trains alone, correctly, and says how to get two."""
+    script = tmp_path / "one.py"
+    script.write_text("from interlock.training.trainer import launched_accelerator\n"
+                      "print('processes', launched_accelerator().num_processes)\n")
+    launch = [str(BIN / "accelerate"), "launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
+              "--mixed_precision", "no", "--dynamo_backend", "no"]
+    done = subprocess.run([*launch, str(script)], cwd=tmp_path, env=user_env(), capture_output=True,
+                          text=True, timeout=command_timeout())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("processes") == 1 and "processes 1" in done.stdout
+    assert "accelerate launch --cpu starts one process whatever --num_processes says" in done.stderr

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -167,6 +168,11 @@ def launched_accelerator():
 
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched == 1 and os.environ.get("ACCELERATE_USE_CPU") == "True" and "MASTER_PORT" in os.environ:
+        # what `accelerate launch --cpu --num_processes N` leaves: the port for N, one process started
+        print("warning: accelerate launch --cpu starts one process whatever --num_processes says; this "
+              "trains in one. For several CPU processes: accelerate launch --multi_gpu --num_processes N",
+              file=sys.stderr, flush=True)
     if launched != accelerator.num_processes:
         raise InterlockError(f"this process was launched as one of {launched}, but accelerate sees "
                              f"{accelerator.num_processes}; on CPUs launch with `accelerate launch "
