@@ -53,9 +53,12 @@ def tokenizer(tiny_checkpoint):
 
 
 def _trainer(tokenizer, step: int = 0) -> SimpleNamespace:
-    """What the rollout function reads of TRL's trainer: its step, tokenizer and (unwrapped) model."""
+    """What the rollout function reads of TRL's trainer: its step, tokenizer, (unwrapped) model and
+    accelerator (a real one, of this one process)."""
+    from accelerate import Accelerator
+
     return SimpleNamespace(state=SimpleNamespace(global_step=step), processing_class=tokenizer,
-                           model=torch.nn.Linear(1, 1), accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+                           model=torch.nn.Linear(1, 1), accelerator=Accelerator(cpu=True))
 
 
 def _play(policy, contexts, agent_judge, tokenizer, tmp_path, kind="pass"):

@@ -163,6 +163,7 @@ def train_grpo(start: Path, pool: TaskPool, judge: Judge, settings: GRPOSettings
     trained weights (tests); ``callbacks``: extra ``transformers`` trainer callbacks."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL 1.x
     import torch
+    from accelerate import PartialState
     from datasets import Dataset
     from transformers.trainer_utils import get_last_checkpoint
     from trl import GRPOConfig, GRPOTrainer
@@ -173,17 +174,18 @@ def train_grpo(start: Path, pool: TaskPool, judge: Judge, settings: GRPOSettings
                          weights_sha256(start), [task.task_id for task in pool.tasks],
                          "policy" if backend is None else backend.name)
     run_file = work / RUN_FILE
-    if not run_file.is_file() or json.loads(run_file.read_text(encoding="utf-8")) != {"run_id": run_id}:
-        shutil.rmtree(work, ignore_errors=True)  # another run's checkpoints: start afresh
-        work.mkdir(parents=True)
-        write_json(run_file, {"run_id": run_id})
+    gpu = torch.cuda.is_available()
+    with PartialState(cpu=not gpu).main_process_first():  # the others find the main one's folder
+        if not run_file.is_file() or json.loads(run_file.read_text(encoding="utf-8")) != {"run_id": run_id}:
+            shutil.rmtree(work, ignore_errors=True)  # another run's checkpoints: start afresh
+            work.mkdir(parents=True)
+            write_json(run_file, {"run_id": run_id})
     trainer_dir = work / "trainer"
     resume = get_last_checkpoint(str(trainer_dir)) if trainer_dir.is_dir() else None
     resumed_at = int(resume.rsplit("-", 1)[1]) if resume else 0
     log = StepLog(work / STEPS_FILE)
     log.resume_at(resumed_at)
 
-    gpu = torch.cuda.is_available()
     processes = int(os.environ.get("WORLD_SIZE", "1"))
     episodes = rl.tasks_per_step * rl.group_size
     if episodes % processes:
