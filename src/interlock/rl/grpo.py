@@ -42,6 +42,7 @@ from interlock.models.checkpoint import load_checkpoint, save_checkpoint, weight
 from interlock.rl.environment import ScoredEpisode, TaskPool, play, policy_tokens, score, unavailable_logprobs
 from interlock.rl.reward import FAILED_ENDS
 from interlock.rollout.engine import RolloutLimits
+from interlock.training.trainer import check_one_job, launched_processes
 
 STEPS_FILE = "steps.json"
 RUN_FILE = "run.json"
@@ -186,7 +187,7 @@ def train_grpo(start: Path, pool: TaskPool, judge: Judge, settings: GRPOSettings
     log = StepLog(work / STEPS_FILE)
     log.resume_at(resumed_at)
 
-    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    processes = launched_processes()
     episodes = rl.tasks_per_step * rl.group_size
     if episodes % processes:
         raise InterlockError(f"a step's {episodes} episodes ({rl.tasks_per_step} tasks x {rl.group_size}) "
@@ -204,9 +205,7 @@ def train_grpo(start: Path, pool: TaskPool, judge: Judge, settings: GRPOSettings
     trainer = GRPOTrainer(model=model, reward_funcs=[judged_reward, judged_pass], args=args,
                           train_dataset=Dataset.from_list([{"prompt": p} for p in pool.prompts()]),
                           processing_class=tokenizer, rollout_func=rollouts, callbacks=list(callbacks))
-    if trainer.accelerator.num_processes != processes:
-        raise InterlockError(f"this process was launched as one of {processes}, but the trainer sees "
-                             f"{trainer.accelerator.num_processes}", field="train.launcher")
+    check_one_job(trainer.accelerator.num_processes)
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume)
     seconds = time.perf_counter() - started

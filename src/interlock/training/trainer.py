@@ -167,18 +167,30 @@ def launched_accelerator():
     from accelerate import Accelerator
 
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
-    launched = int(os.environ.get("WORLD_SIZE", "1"))
-    if launched == 1 and os.environ.get("ACCELERATE_USE_CPU") == "True" and "MASTER_PORT" in os.environ:
+    if launched_processes() == 1 and os.environ.get("ACCELERATE_USE_CPU") == "True" \
+            and "MASTER_PORT" in os.environ:
         # what `accelerate launch --cpu --num_processes N` leaves: the port for N, one process started
         print("warning: accelerate launch --cpu starts one process whatever --num_processes says; this "
               "trains in one. For several CPU processes: accelerate launch --multi_gpu --num_processes N",
               file=sys.stderr, flush=True)
-    if launched != accelerator.num_processes:
-        raise InterlockError(f"this process was launched as one of {launched}, but accelerate sees "
-                             f"{accelerator.num_processes}; on CPUs launch with `accelerate launch "
-                             f"--multi_gpu --num_processes N` or `torchrun --nproc_per_node N` "
-                             f"(accelerate's --cpu starts one process)", field="train.launcher")
+    check_one_job(accelerator.num_processes)
     return accelerator
+
+
+def launched_processes() -> int:
+    """How many processes the launcher started (``WORLD_SIZE``; 1 where none ran)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def check_one_job(seen: int) -> None:
+    """Refuse a process launched as one of several that accelerate sees as ``seen`` processes
+    (alone: it would train a whole model and write it)."""
+    launched = launched_processes()
+    if launched != seen:
+        raise InterlockError(f"this process was launched as one of {launched}, but accelerate sees "
+                             f"{seen}; on CPUs launch with `accelerate launch --multi_gpu "
+                             f"--num_processes N` or `torchrun --nproc_per_node N` (accelerate's --cpu "
+                             f"starts one process)", field="train.launcher")
 
 
 def row_loss(model, row: PackedRow, device) -> object:
