@@ -4,8 +4,9 @@ turns, 5 attempts), at counts cut to fit 2 cores, with the tiny backbone, and ev
 served through a managed vLLM server (``backbone.serve=vllm``).
 
 It copies the working tree (tracked and untracked-but-not-ignored files, no artifacts) into a
-fresh git repository, composes the parameters, runs ``dvc repro`` there and prints, per stage, its
-seconds and the engine that served it (from ``metrics/timing`` and each stage's ``runtime``),
+fresh git repository (:func:`interlock.testing.copies.working_tree_copy`), composes the
+parameters, runs ``dvc repro`` there and prints, per stage, its seconds and the engine that
+served it (from ``metrics/timing`` and each stage's ``runtime``),
 then the counts that say what the run did: tasks admitted, episodes rolled out and accepted,
 evaluated episodes per model.
 
@@ -20,12 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from interlock.testing.copies import working_tree_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -44,22 +46,6 @@ SIZES = {
 }
 #: the tiny backbone served by vLLM; row groups small enough for the cut counts
 COMMON = ["experiment=paper", "backbone=tiny", "backbone.serve=vllm", "scale.row_group_tasks=64"]
-
-
-def working_tree_copy(root: Path) -> Path:
-    """The working tree's files without artifacts, in a fresh git repository at ``root``."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
-                            capture_output=True, text=True).stdout.split()
-    for name in listed:
-        source = ROOT / name
-        if source.is_file() and not name.startswith(("data/", "metrics/")) and name != "dvc.lock":
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, root / name)
-    git = ["git", "-c", "user.email=rehearsal@interlock", "-c", "user.name=rehearsal"]
-    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=root, check=True)
-    subprocess.run([*git, "commit", "-qm", "rehearsal"], cwd=root, check=True)
-    return root
 
 
 def rehearse(root: Path, size: str) -> dict:
@@ -115,7 +101,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="interlock-rehearsal-") as tmp:
         root = args.keep or Path(tmp) / "repo"
         root.mkdir(parents=True, exist_ok=True)
-        report = rehearse(working_tree_copy(root), args.size)
+        report = rehearse(working_tree_copy(ROOT, root), args.size)
     for stage, row in report["stages"].items():
         print(f"{stage:12s} {row['seconds']:8.1f} s  {row['engine'] or ''}")
     print(f"dvc repro: {report['seconds']} s in all; {json.dumps(report['counts'])}")

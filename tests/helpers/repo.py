@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from interlock.testing.copies import GIT_USER, working_tree_copy
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -26,7 +27,6 @@ ISOLATED = ("WANDB_MODE", "WANDB_DIR", "WANDB_DISABLED", "DVC_ROOT", "DVC_EXP_NA
 #: the smoke run: the smoke experiment, with the opt-in BFCL pool beside the default's benchmark, and the
 #: two methods on (rollout-time intervention, recursive synthesis)
 SMOKE = ("experiment=smoke", "eval.pools=[benchmark,indist,bfcl]", "intervention=rti", "synthesis=rst")
-GIT_USER = ("-c", "user.email=t@t", "-c", "user.name=t")
 #: the suite's budget in seconds: how long ``make test`` (ruff and every test) may take on a clean
 #: clone on 2 cores with two other CPU-heavy jobs beside it (issue 26's busy machine); on an idle
 #: machine of that class it takes about half (docs/measurements.md, Tests and CI)
@@ -76,15 +76,7 @@ def dvc(*args: str, cwd: Path, check: bool = True, stdout_only: bool = False) ->
 def tracked_copy(root: Path) -> Path:
     """A fresh git repository at ``root`` holding the repository's tracked (and untracked, not
     ignored) files, without artifacts, metrics or the lock file: a clean clone of the working tree."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout.split()
-    for name in listed:
-        if (REPO / name).is_file() and not name.startswith(("data/", "metrics/")) and name != "dvc.lock":
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, root / name)
-    run(["git", "init", "-q"], root)
-    commit(root, "copy")
-    return root
+    return working_tree_copy(REPO, root)
 
 
 def commit(root: Path, message: str) -> None:
