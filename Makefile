@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: repro test gpu-check venv venv-dev optional-backends llamacpp vllm
+.PHONY: repro test gpu-check venv venv-dev optional-backends engine llamacpp vllm
 
 # Stage commands call `python`, so the venv's bin leads PATH.
 repro: venv
@@ -52,10 +52,17 @@ venv venv-dev:
 	$(if $(BACKENDS),@$(MAKE) --no-print-directory $(BACKENDS))
 
 venv-dev: EXTRAS = [dev]
-venv-dev: BACKENDS = optional-backends
-# The backend the committed params.yaml configures, if it needs a build (transformers does not);
-# the run needs it, so its failure fails the set-up.
-venv: BACKENDS = $(filter llamacpp vllm,$(shell sed -n '/^backbone:/,/^[^ ]/s/^  backend: *//p' params.yaml))
+venv-dev: BACKENDS = optional-backends engine
+# The backend the committed params.yaml configures, if it needs a build (transformers does not;
+# the run needs the build, so its failure fails the set-up); `auto` (the default): `engine`.
+venv: BACKENDS = $(patsubst auto,engine,$(filter auto llamacpp vllm,$(shell sed -n '/^backbone:/,/^[^ ]/s/^  backend: *//p' params.yaml)))
+
+# Which engine `backbone.backend: auto` decodes with here (src/interlock/models/engine.py): vLLM's
+# CPU build where it installs and answers a probe request (one real completion), else transformers;
+# the probe records its answer in the venv and says it in one line. Neither step fails the set-up.
+engine:
+	@$(MAKE) --no-print-directory vllm || true
+	@$(BIN)/python -m interlock.models.engine
 
 # Every optional backend, for the tests: each built where missing; a failure is one line and its
 # tests skip.

@@ -157,7 +157,8 @@ def test_the_runtime_record_is_what_the_backend_loads(tiny_checkpoint, chosen) -
     pretend_measured(tiny_checkpoint, "generate", chosen)
     backbone = _backbone("backbone.dtype=auto")
     record = model_runtime(backbone, "generate", tiny_checkpoint)
-    assert record == {"backend": "transformers", "served": False, "dtype": "auto", "resolved_dtype": chosen}
+    assert record == {"backend": "transformers", "engine": "transformers", "served": False, "dtype": "auto",
+                      "resolved_dtype": chosen}
     assert str(next(make_backend(backbone, tiny_checkpoint).model.parameters()).dtype) == f"torch.{chosen}"
 
 
@@ -172,11 +173,15 @@ def test_the_runtime_record_of_each_kind_of_backend(tiny_checkpoint) -> None:
     assert explicit["resolved_dtype"] == "bfloat16"
     auto = _backbone("backbone.dtype=auto", "backbone.backend=llamacpp")
     assert model_runtime(auto, "train", tiny_checkpoint, backend="transformers") == {
-        "backend": "transformers", "served": False, "dtype": "auto", "resolved_dtype": "bfloat16"}
+        "backend": "transformers", "engine": "transformers", "served": False, "dtype": "auto",
+        "resolved_dtype": "bfloat16"}
     assert model_runtime(auto, "generate", tiny_checkpoint) == {
-        "backend": "llamacpp", "served": False, "dtype": "auto", "resolved_dtype": None, "gguf": "Q8_0"}
+        "backend": "llamacpp", "engine": "llamacpp", "served": False, "dtype": "auto", "resolved_dtype": None,
+        "gguf": "Q8_0"}
     assert model_runtime(_backbone("backbone.backend=openai"), "generate", tiny_checkpoint) == {
-        "backend": "openai", "served": False, "dtype": "float32", "resolved_dtype": None}
+        "backend": "openai", "engine": "openai", "served": False, "dtype": "float32",
+        "resolved_dtype": None}
     # a stage that serves its checkpoint records the server's engine, in the dtype it loads
     assert model_runtime(_backbone("backbone.serve=vllm"), "generate", tiny_checkpoint) == {
-        "backend": "vllm", "served": True, "dtype": "float32", "resolved_dtype": "float32"}
+        "backend": "vllm", "engine": "vllm", "served": True, "dtype": "float32",
+        "resolved_dtype": "float32"}

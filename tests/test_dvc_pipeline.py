@@ -22,7 +22,8 @@ PIPELINE = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))
 STAGES = list(PIPELINE["stages"])
 RESOURCE_DEPS = "src/interlock/resources/"
 #: what computes the tiny backbone's model in every stage that runs one (it pins float32)
-FLOAT32 = {"backend": "transformers", "served": False, "dtype": "float32", "resolved_dtype": "float32"}
+FLOAT32 = {"backend": "transformers", "engine": "transformers", "served": False, "dtype": "float32",
+           "resolved_dtype": "float32"}
 
 
 def _code_deps(stage: str) -> set[str]:

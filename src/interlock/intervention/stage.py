@@ -301,9 +301,7 @@ def intervene(params: Params, paths: Paths) -> StageReport:
     scripted = roles.critic is None and roles.corrector is None
     resolved = {"runtime": None if scripted else model_runtime(backbone, "generate", checkpoint),
                 "scorer_runtime": model_runtime(backbone, "generate", checkpoint, backend="transformers")}
-    run_id = fingerprint(params.seed, config.model_dump(), backbone.name,
-                         backbone.backend, backbone.serve, backbone.gguf, backbone.dtype,
-                         backbone.max_context,
+    run_id = fingerprint(params.seed, config.model_dump(), backbone.name, resolved, backbone.max_context,
                          backbone.generation.model_dump(), params.scale.rollouts.model_dump())
     # which rollouts were rejected is the configured judge's say (the accepted table); what failed,
     # with evidence, is the agent judge's compiled checks'

@@ -21,6 +21,7 @@ from interlock.core.config import BackboneConfig
 from interlock.core.errors import InterlockError
 from interlock.core.registry import BACKENDS
 from interlock.models.dtype import resolve_dtype
+from interlock.models.engine import resolve_backend
 
 
 class BackendFactory(Protocol):
@@ -36,23 +37,26 @@ def model_runtime(backbone: BackboneConfig, workload: str, checkpoint: Path, *,
     """What computes a model's ``workload`` (``generate`` or ``train``) on ``checkpoint``, as a
     stage records it (its metrics and W&B config): ``backend`` (default the configured one; the
     trainer and the intervention scorer run the checkpoint through ``transformers`` whatever it
-    is), ``dtype`` as configured and ``resolved_dtype``, the dtype it computes in. That is
-    ``backbone.dtype`` resolved (:func:`~interlock.models.dtype.resolve_dtype`) where torch runs
-    the model: on the CPU for the transformers backend, on the GPU where there is one for vllm
-    and for training. llamacpp computes in its GGUF's precision (``gguf``; ``backbone.dtype`` does
-    not apply: no resolved dtype), openai and other backends in what their servers or authors
-    chose (None). The torch backends load in this dtype, so the record is what runs. Where the
-    stage serves its checkpoint itself (``backbone.serve``), ``backend`` is the engine of that
-    server and ``served`` is true."""
+    is); ``engine``, what runs it (``backend`` itself, or for ``auto`` the engine it resolves to
+    on this machine: :mod:`interlock.models.engine`); ``dtype`` as configured and
+    ``resolved_dtype``, the dtype it computes in. That is ``backbone.dtype`` resolved
+    (:func:`~interlock.models.dtype.resolve_dtype`) where torch runs the model: on the CPU for the
+    transformers engine, on the GPU where there is one for vllm and for training. llamacpp
+    computes in its GGUF's precision (``gguf``; ``backbone.dtype`` does not apply: no resolved
+    dtype), openai and other backends in what their servers or authors chose (None). The torch
+    engines load in this dtype, so the record is what runs. Where the stage serves its checkpoint
+    itself (``backbone.serve``), ``backend`` is the engine of that server and ``served`` is true."""
     served = backend is None and backbone.serve != "none"
     backend = backend or (backbone.serve if served else backbone.backend)
-    record = {"backend": backend, "served": served, "dtype": backbone.dtype, "resolved_dtype": None}
-    if backend == "llamacpp":
+    engine = resolve_backend(backend)
+    record = {"backend": backend, "engine": engine, "served": served, "dtype": backbone.dtype,
+              "resolved_dtype": None}
+    if engine == "llamacpp":
         record["gguf"] = backbone.gguf
-    elif backend in TORCH_BACKENDS:
+    elif engine in TORCH_BACKENDS:
         import torch
 
-        gpu = (backend == "vllm" or workload == "train") and torch.cuda.is_available()
+        gpu = (engine == "vllm" or workload == "train") and torch.cuda.is_available()
         record["resolved_dtype"] = resolve_dtype(backbone.dtype, workload, checkpoint,
                                                  device="cuda" if gpu else "cpu")
     return record

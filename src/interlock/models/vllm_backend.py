@@ -72,6 +72,14 @@ class VLLMBackend:
     def end(self, key: str) -> None:
         pass
 
+    def close(self) -> None:
+        """Stop the engine, freeing its KV cache and weights (evaluation loads one engine per
+        checkpoint in turn: without this each kept the last one's cache, 2 GiB here, until the
+        next was built)."""
+        if self.llm is not None:
+            self.llm.llm_engine.engine_core.shutdown()
+            self.llm = None
+
     def complete(self, requests: list[ChatRequest]) -> list[Completion]:
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams

@@ -35,11 +35,10 @@ def rollouts(params: Params, paths: Paths) -> StageReport:
     checkpoint = paths.model(config.policy)
     backend, policy, runtime = solver_backend(config.solver, params, checkpoint, config.policy)
     noisy = params.scale.validation if config.solver == "noisy" else None
-    # names the resumable parts: a run under other settings starts afresh
-    run_id = fingerprint(params.seed, config.model_dump(), backbone.name, backbone.backend, backbone.serve,
-                         backbone.gguf,
-                         backbone.dtype,
-                         backbone.max_context, backbone.generation.model_dump(), read_manifest(checkpoint),
+    # names the resumable parts: a run under other settings (or another engine or dtype resolved
+    # on this machine: ``runtime``) starts afresh
+    run_id = fingerprint(params.seed, config.model_dump(), backbone.name, runtime, backbone.max_context,
+                         backbone.generation.model_dump(), read_manifest(checkpoint),
                          noisy and [noisy.skip_effect, noisy.ignore_coupling])
     chosen = rollout_ids(paths, matched=params.synthesis.match_rollouts, seed=params.seed)
     episodes = plan_episodes(admitted_tasks(paths, load_domains(paths.domains), "rft", set(chosen)),
