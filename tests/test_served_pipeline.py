@@ -22,6 +22,7 @@ from interlock.core.backend import releasing  # noqa: E402
 from interlock.core.config import load_params, write_params  # noqa: E402
 from interlock.core.io import read_rows  # noqa: E402
 from interlock.models.backends import make_backend  # noqa: E402
+from interlock.models.engine import auto_engine  # noqa: E402
 
 from helpers.repo import SMOKE, commit, dvc, stages_run  # noqa: E402
 from helpers.servers import vllm_processes_in  # noqa: E402
@@ -29,7 +30,7 @@ from helpers.servers import vllm_processes_in  # noqa: E402
 #: the smoke run's evaluation, greedy, on its benchmark pool, for two checkpoints
 GREEDY = (*SMOKE, "backbone.generation.temperature=0", "eval.pools=[benchmark]",
           "eval.models=[base,demo_sft]")
-ENGINES = {"transformers": (), "served": ("backbone.serve=vllm",)}
+ENGINES = {"transformers": (), "served": ("backbone.serve=vllm",), "auto": ("backbone.backend=auto",)}
 
 
 def evaluated(smoke_repo: Path, root: Path, overrides) -> tuple[Path, str]:
@@ -72,6 +73,18 @@ def test_served_evaluation_is_the_in_process_evaluation_episode_for_episode(eval
     assert transcripts(served) == transcripts(local)
     runtime = json.loads((served / "metrics" / "evaluate.json").read_text())["runtime"]
     assert (runtime["backend"], runtime["served"], runtime["resolved_dtype"]) == ("vllm", True, "float32")
+
+
+def test_auto_decodes_through_the_in_process_vllm_engine_with_the_same_episodes(evaluations) -> None:
+    """``backbone.backend: auto`` (the default) where vLLM answered this machine's probe: the
+    stage runs vLLM's offline engine, one per model in turn, and writes the transformers
+    backend's episodes; its metrics name the engine."""
+    assert auto_engine().engine == "vllm", auto_engine().reason
+    (auto, log), (local, _) = evaluations["auto"], evaluations["transformers"]
+    assert stages_run(log) == ["evaluate"]
+    assert episodes(auto) == episodes(local) and transcripts(auto) == transcripts(local)
+    runtime = json.loads((auto / "metrics" / "evaluate.json").read_text())["runtime"]
+    assert (runtime["backend"], runtime["engine"], runtime["served"]) == ("auto", "vllm", False)
 
 
 def test_each_model_had_its_own_server_and_none_outlived_the_stage(evaluations) -> None:

@@ -144,8 +144,9 @@ def resolve_backend(backend: str) -> str:
 
 @BACKENDS.register("auto")
 def build(backbone: BackboneConfig, checkpoint: Path):
-    engine = resolve_backend(AUTO)
-    return BACKENDS.get(engine)(backbone.model_copy(update={"backend": engine}), checkpoint)
+    """The resolved engine's backend, given the backbone as configured (its record,
+    :func:`~interlock.models.backends.model_runtime`, resolves ``auto`` the same way)."""
+    return BACKENDS.get(resolve_backend(AUTO))(backbone, checkpoint)
 
 
 def main() -> None:
