@@ -46,6 +46,12 @@ def episodes(root: Path) -> dict[str, dict]:
     return {row["rollout_id"]: row for row in results}
 
 
+def outcomes(root: Path) -> dict[str, list]:
+    """What each episode came to, by rollout id."""
+    fields = ("model", "passed", "score", "finish_reason", "turns", "tool_calls")
+    return {key: [row[field] for field in fields] for key, row in episodes(root).items()}
+
+
 def transcripts(root: Path) -> dict[str, list]:
     """Each episode's messages, the text of each without a trailing U+FFFD: where the last token
     leaves a character unfinished, vLLM's server holds its bytes back and the local decoder writes
@@ -65,12 +71,8 @@ def evaluations(smoke_repo, tmp_path_factory) -> dict[str, tuple[Path, str]]:
 def test_served_evaluation_is_the_in_process_evaluation_episode_for_episode(evaluations) -> None:
     (local, local_log), (served, served_log) = evaluations["transformers"], evaluations["served"]
     assert stages_run(local_log) == ["evaluate"] and stages_run(served_log) == ["evaluate"]
-    mine, theirs = episodes(served), episodes(local)
-    assert mine.keys() == theirs.keys() and {row["model"] for row in mine.values()} == {"base", "demo_sft"}
-    fields = ("passed", "score", "finish_reason", "turns", "tool_calls")
-    assert {k: [r[f] for f in fields] for k, r in mine.items()} == \
-        {k: [r[f] for f in fields] for k, r in theirs.items()}
-    assert transcripts(served) == transcripts(local)
+    assert {row["model"] for row in episodes(served).values()} == {"base", "demo_sft"}
+    assert outcomes(served) == outcomes(local) and transcripts(served) == transcripts(local)
     runtime = json.loads((served / "metrics" / "evaluate.json").read_text())["runtime"]
     assert (runtime["backend"], runtime["served"], runtime["resolved_dtype"]) == ("vllm", True, "float32")
 
@@ -82,7 +84,7 @@ def test_auto_decodes_through_the_in_process_vllm_engine_with_the_same_episodes(
     assert auto_engine().engine == "vllm", auto_engine().reason
     (auto, log), (local, _) = evaluations["auto"], evaluations["transformers"]
     assert stages_run(log) == ["evaluate"]
-    assert episodes(auto) == episodes(local) and transcripts(auto) == transcripts(local)
+    assert outcomes(auto) == outcomes(local) and transcripts(auto) == transcripts(local)
     runtime = json.loads((auto / "metrics" / "evaluate.json").read_text())["runtime"]
     assert (runtime["backend"], runtime["engine"], runtime["served"]) == ("auto", "vllm", False)
 
