@@ -5,8 +5,9 @@ vLLM wrote the same greedy completions as transformers in fp32 and ran the rollo
 faster here (docs/measurements.md). But its CPU build is an x86-64 wheel that may not install, or
 may install and then not run (an instruction set it was not built for). So the set-up (``make
 venv``: ``python -m interlock.models.engine``) probes it after installing it where it can: a tiny
-random checkpoint answers one greedy request through the ``vllm`` backend, in a child process (a
-crash or a hang there is an answer, not the caller's end). The answer is recorded in the virtual
+random checkpoint answers one greedy request through the ``vllm`` backend
+(:func:`~interlock.models.vllm_backend.answer_probe`), in a child process (a crash or a hang
+there is an answer, not the caller's end). The answer is recorded in the virtual
 environment, keyed by this machine (CPU model and flags) and the versions of vLLM and torch, so
 every stage resolves ``auto`` alike; a stage that finds no record that fits probes once and
 writes one. Each stage's metrics record the engine beside the dtype
@@ -71,22 +72,6 @@ def machine_key() -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def _answer_one_request(folder: str) -> None:
-    """The probe's child: a tiny random checkpoint in ``folder``, one greedy request through the
-    ``vllm`` backend; prints the completion's token count (the parent reads the last line)."""
-    from interlock.core.backend import ChatRequest
-    from interlock.core.chat import Message
-    from interlock.models.tiny import build_tiny
-    from interlock.models.vllm_backend import VLLMBackend
-
-    checkpoint = build_tiny(Path(folder) / "tiny", ["the engine probe asks one question and waits"] * 8,
-                            seed=0, max_context=256)
-    backend = VLLMBackend(str(checkpoint), dtype="float32", max_model_len=256)
-    [completion] = backend.complete([ChatRequest("probe", (Message("user", "probe"),),
-                                                 max_new_tokens=8)])
-    print(json.dumps({"tokens": completion.completion_tokens}))
-
-
 def probe(timeout_s: float = PROBE_TIMEOUT_S) -> EngineChoice:
     """Ask vLLM for one real completion in a child process: FAST where it answers, else FALLBACK
     with why (not installed, the child's last line of error, a timeout)."""
@@ -94,7 +79,7 @@ def probe(timeout_s: float = PROBE_TIMEOUT_S) -> EngineChoice:
     if vllm_version() is None:
         return EngineChoice(FALLBACK, f"vllm is not installed; {INSTALL_HINT}", key)
     with tempfile.TemporaryDirectory(prefix="interlock-engine-probe-") as folder:
-        code = f"from interlock.models.engine import _answer_one_request; _answer_one_request({folder!r})"
+        code = f"from interlock.models.vllm_backend import answer_probe; answer_probe({folder!r})"
         try:
             child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                    timeout=timeout_s, errors="replace")

@@ -29,6 +29,7 @@ validates the reply.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -102,6 +103,20 @@ class VLLMBackend:
             text = self.tokenizer.decode(ids[:-1] if stopped else ids, skip_special_tokens=False)
             completions[i] = Completion(text, len(prompts[i]), len(ids), "stop" if stopped else "length")
         return completions
+
+
+def answer_probe(folder: str) -> None:
+    """The engine probe's request (:mod:`interlock.models.engine`, run in a child process): a tiny
+    random checkpoint in ``folder`` answers one greedy request; prints the completion's token count
+    as the last line, which the parent reads."""
+    from interlock.core.chat import Message
+    from interlock.models.tiny import build_tiny
+
+    checkpoint = build_tiny(Path(folder) / "tiny", ["the engine probe asks one question and waits"] * 8,
+                            seed=0, max_context=256)
+    backend = VLLMBackend(str(checkpoint), dtype="float32", max_model_len=256)
+    [completion] = backend.complete([ChatRequest("probe", (Message("user", "probe"),), max_new_tokens=8)])
+    print(json.dumps({"tokens": completion.completion_tokens}))
 
 
 @BACKENDS.register("vllm")
