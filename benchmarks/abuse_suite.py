@@ -8,16 +8,16 @@ engine, one rollout per task, and prints how many each judge accepts: the agent 
 checks on its own replay of the transcript, in the sandbox) and the credulous text judge
 (believes the transcript). Every adversary but the two no-work controls does the oracle's whole
 work and adds only its attack, so the attack alone is what can fail it
-(:mod:`interlock.rollout.scripted`).
+(:mod:`interlock.testing.adversaries`).
 
-Then the forged records (:mod:`interlock.rollout.forgeries`): the oracle's episodes with the
+Then the forged records (:mod:`interlock.testing.forgeries`): the oracle's episodes with the
 record changed around its own turns (a tool result, the request, the system prompt, a user turn,
 the ending, the counts), which the agent judge must refuse while the credulous text judge takes
 them.
 
-Then the rows no rollout engine writes (:data:`interlock.rollout.forgeries.ROW_FORGERIES`: JSON
+Then the rows no rollout engine writes (:data:`interlock.testing.forgeries.ROW_FORGERIES`: JSON
 nested thousands deep, a message without a role, arguments that are text, ...) and the relabelled
-ones (:data:`~interlock.rollout.forgeries.PLAN_FORGERIES`: the policy, the token counts, the attempt
+ones (:data:`~interlock.testing.forgeries.PLAN_FORGERIES`: the policy, the token counts, the attempt
 and seed), each beside the oracle's honest rows in one table through the ``judge`` and ``accept``
 stages' library: how many each accepts, and whether both finished.
 
@@ -28,7 +28,7 @@ the contract), through the static review that admits any task, beside the templa
 
 Then the false rejects on correct work, correct by construction rather than by any judge's
 checks: the oracle's rollouts, the benign variations of its work
-(:data:`interlock.rollout.scripted.BENIGN`: calls after the submit, a read past the disk's
+(:data:`interlock.testing.adversaries.BENIGN`: calls after the submit, a read past the disk's
 limits, brackets in prose, ...), and the noisy solver's (``--attempts`` per task) whose plan
 skipped no effect and ignored no coupling (:func:`interlock.rollout.scripted.noisy_gap`). Exits
 with 1 where the agent judge accepts an adversary, a forged record or a bad row, or rejects
@@ -60,11 +60,12 @@ from interlock.judging.text import TextJudge
 from interlock.judging.verdicts import accepted
 from interlock.review.static import review_pack
 from interlock.rollout.engine import RolloutLimits
-from interlock.rollout.forgeries import FORGERIES, PLAN_FORGERIES, ROW_FORGERIES
 from interlock.rollout.runs import RolloutPlan, episode_seed, scripted_rollouts
-from interlock.rollout.scripted import ADVERSARIES, BENIGN, ScriptedBackend, noisy_gap
+from interlock.rollout.scripted import ScriptedBackend, noisy_gap
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.tasks import admitted_tasks, load_domains, pack_folders
+from interlock.testing.adversaries import ADVERSARIES, BENIGN, PLANS
+from interlock.testing.forgeries import FORGERIES, PLAN_FORGERIES, ROW_FORGERIES
 from interlock.testing.hostile_packs import DEFECTS, fits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,14 +101,15 @@ def main(argv: list[str] | None = None) -> dict:
         work = Path(tmp) / "rollouts"
         suite, honest = {}, []
         for policy in ("oracle", *ADVERSARIES):
-            trajectories = scripted_rollouts(contexts, [policy], seed=0, workdir=work)
+            trajectories = scripted_rollouts(contexts, [policy], seed=0, workdir=work, plans=PLANS)
             suite[policy] = {"rollouts": len(trajectories), **accepts(trajectories)}
             honest = honest or trajectories  # the oracle's, played first
         forged = {name: {"rollouts": len(honest), **accepts([forgery(t, tasks[t.task_id]) for t in honest])}
                   for name, forgery in FORGERIES.items()}
         rows = bad_rows(honest, pack_folders(data), Path(tmp) / "rows")
         packs = hand_built(contexts)
-        benign = {name: accepts(scripted_rollouts(contexts, [name], seed=0, workdir=work)) for name in BENIGN}
+        benign = {name: accepts(scripted_rollouts(contexts, [name], seed=0, workdir=work, plans=PLANS))
+                  for name in BENIGN}
         noisy = scripted_rollouts(contexts, ["noisy"], seed=0, workdir=work, attempts=args.attempts, **rates)
         solver = ScriptedBackend("noisy", seed=0, **rates)
         correct = [t for t in noisy if noisy_gap(tasks[t.task_id], solver.rng(t.rollout_id), rates).complete]

@@ -66,11 +66,12 @@ def scripted_pool(paths: Paths, workdir: Path) -> list:
     from interlock.core.types import POOLS
     from interlock.rollout.runs import scripted_rollouts
     from interlock.synthesis.tasks import admitted_tasks, load_domains
+    from interlock.testing.adversaries import PLANS
 
     catalog = load_domains(paths.domains)
     contexts = [c for pool in POOLS for c in admitted_tasks(paths, catalog, pool)]
     trajectories = scripted_rollouts(contexts, POLICIES, seed=0, workdir=workdir, skip_effect=0.5,
-                                     ignore_coupling=0.0)  # in plan order: policy by policy
+                                     ignore_coupling=0.0, plans=PLANS)  # in plan order: policy by policy
     n = len(contexts)
     return [(trajectories[i * n + j], contexts[j].pack) for j in range(n) for i in range(len(POLICIES))]
 

@@ -51,10 +51,10 @@ def adversary_rollouts(contexts, tmp_path_factory) -> dict:
     """policy -> its rollouts on the fixture tasks (the oracle and every adversary of the abuse
     suite: each attack on the oracle's work, and the controls that do none), in task order."""
     from interlock.rollout.runs import scripted_rollouts
-    from interlock.rollout.scripted import ADVERSARIES
+    from interlock.testing.adversaries import ADVERSARIES, PLANS
 
     made = scripted_rollouts(contexts, ["oracle", *ADVERSARIES], seed=0,
-                             workdir=tmp_path_factory.mktemp("abuse"))
+                             workdir=tmp_path_factory.mktemp("abuse"), plans=PLANS)
     return {policy: [t for t in made if t.policy == policy] for policy in ("oracle", *ADVERSARIES)}
 
 

@@ -22,19 +22,19 @@ from interlock.core.chat import ToolCall
 from interlock.judging.text import TextJudge
 from interlock.judging.verdicts import QUOTE, Judgement, accepted, render_transcript
 from interlock.rollout.runs import scripted_rollouts
-from interlock.rollout.scripted import (
-    ATTACKS,
-    BENIGN,
-    CONTROLS,
-    READ_TOOLS,
-    ScriptedBackend,
-    noisy_gap,
-    recoupling,
-    recouplings,
-)
+from interlock.rollout.scripted import ScriptedBackend, noisy_gap
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.oracle import oracle_calls
 from interlock.synthesis.tasks import TaskContext
+from interlock.testing.adversaries import (
+    ATTACKS,
+    BENIGN,
+    CONTROLS,
+    PLANS,
+    READ_TOOLS,
+    recoupling,
+    recouplings,
+)
 
 EVERY_KIND = {"primary", "grounding", "realization", "coupling", "no_collateral", "submit"}
 #: per attack: the criterion kind it must fail (what it targets), the kinds it may fail (what reads
@@ -106,7 +106,7 @@ def test_an_attack_alone_fails_otherwise_correct_work(name, contexts, rollouts, 
     must, may, explained = TARGETS[name]
     oracle_accepted = _accepted(judged["agent"]["oracle"], contexts)
     for index, (context, trajectory) in enumerate(zip(contexts, rollouts[name], strict=True)):
-        attack = ATTACKS[name](context, ScriptedBackend(name).rng(trajectory.rollout_id))
+        attack = ATTACKS[name](context, ScriptedBackend(name, plans=PLANS).rng(trajectory.rollout_id))
         *work, submit = oracle_calls(context.graph, context.domain)
         attacking = [c for _, calls in attack.turns for c in calls]
         ending = [submit] if attack.submits else []
@@ -171,8 +171,8 @@ def _lenient(path: str, text: str) -> list[dict]:
 @pytest.mark.parametrize("name", ["duplicate_key", "extra_cell", "nul_byte", "lookalike_identity"])
 def test_only_strict_reading_tells_the_attacked_record_from_the_right_one(name, contexts, rollouts) -> None:
     for context, attacked, oracle in zip(contexts, rollouts[name], rollouts["oracle"], strict=True):
-        (call,) = [c for t in ATTACKS[name](context, ScriptedBackend(name).rng(attacked.rollout_id)).turns
-                   for c in t[1]]
+        rng = ScriptedBackend(name, plans=PLANS).rng(attacked.rollout_id)
+        (call,) = [c for t in ATTACKS[name](context, rng).turns for c in t[1]]
         path = call.arguments["path"]
         assert attacked.final_files[path] != oracle.final_files[path]
         assert _lenient(path, attacked.final_files[path]) == _lenient(path, oracle.final_files[path])
@@ -215,6 +215,6 @@ def test_a_benign_variation_of_correct_work_is_accepted(name, contexts, agent_ju
     """Correct work written otherwise than the oracle writes it (calls after the submit, a read
     past the disk's limits, brackets and pipes in prose, failed and repeated reads, a malformed
     call, non-ASCII prose): the agent judge accepts it on every task, as it accepts the oracle."""
-    made = scripted_rollouts(contexts, [name], seed=0, workdir=tmp_path)
+    made = scripted_rollouts(contexts, [name], seed=0, workdir=tmp_path, plans=PLANS)
     judgements = agent_judge.judge([(t, c.pack) for t, c in zip(made, contexts, strict=True)])
     assert all(_accepted(judgements, contexts)), [j.verdicts for j in judgements]

@@ -1,10 +1,10 @@
 """Every stage that reads rows someone else wrote fails a bad row with a reason naming the row and
 field, and finishes the others; fields the judge can re-derive are re-derived, the others checked.
 
-The bad rows are :data:`~interlock.rollout.forgeries.ROW_FORGERIES` (JSON nested thousands deep, a
+The bad rows are :data:`~interlock.testing.forgeries.ROW_FORGERIES` (JSON nested thousands deep, a
 message without a role, a call without a function, arguments that are text, files as a list,
 content as a number, ...), a rollout id two rows hold, a task of no pack, and the labels only the
-rollouts stage knows (:data:`~interlock.rollout.forgeries.PLAN_FORGERIES`: the policy, the token
+rollouts stage knows (:data:`~interlock.testing.forgeries.PLAN_FORGERIES`: the policy, the token
 counts, the attempt and seed), each beside honest rows that must be judged and accepted as ever.
 """
 
@@ -23,9 +23,9 @@ from interlock.judging.judges import JudgeContext
 from interlock.judging.stage import run_accept, run_judge
 from interlock.judging.verdicts import BAD_ROW
 from interlock.rollout.engine import RolloutLimits
-from interlock.rollout.forgeries import PLAN_FORGERIES, ROW_FORGERIES
 from interlock.rollout.runs import RolloutPlan, episode_seed
 from interlock.rollout.trajectory import BadRow, Trajectory, iter_rows
+from interlock.testing.forgeries import PLAN_FORGERIES, ROW_FORGERIES
 from interlock.training.examples import read_training_items
 
 from helpers.artifacts import write_packs

@@ -31,7 +31,7 @@ from interlock.core.chat import (
 from interlock.judging.verdicts import REFUSED, accepted
 from interlock.models.chat_template import control_tokens, openai_tools, prompt_token_ids
 from interlock.rollout.engine import SYSTEM_PROMPT, TOOLS, RolloutLimits
-from interlock.rollout.scripted import CONTROL_TEXTS
+from interlock.testing.adversaries import CONTROL_TEXTS
 from interlock.training.examples import encode_conversation, encode_trajectories
 
 from helpers.episodes import oracle_turns, play_turns

@@ -31,9 +31,8 @@ from interlock.rollout.engine import (
     assistant_message,
     reenact,
 )
-from interlock.rollout.forgeries import FORGERIES
 from interlock.rollout.runs import scripted_rollouts
-from interlock.rollout.scripted import DONE, SUBMIT, decision_turns, look_turn
+from interlock.rollout.scripted import DONE, SUBMIT, decision_turns, look_turn, oracle_writes
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.checks import View, run_check
@@ -42,9 +41,10 @@ from interlock.synthesis.kinds.effects import REGISTER_PATH, Realization
 from interlock.synthesis.packs import compile_pack
 from interlock.synthesis.tasks import TaskContext
 from interlock.synthesis.workspace import MemoryStore, execute, parse_csv, parse_jsonl
+from interlock.testing.forgeries import FORGERIES
 
 from helpers.artifacts import write_packs
-from helpers.episodes import oracle_writes, play_turns
+from helpers.episodes import play_turns
 
 RULES = RolloutLimits().episode
 

@@ -46,13 +46,14 @@ from interlock.rollout.runs import plan_episodes
 from interlock.rollout.scripted import ScriptedBackend
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.packs import Criterion
+from interlock.testing.adversaries import PLANS
 
 SETTINGS = RunSettings(attempts=2, seed=11, limits=RolloutLimits(max_turns=12), batch_size=4)
 TABLES = ("trajectories.parquet", "results.parquet", "verdicts.parquet")
 
 
 def scripted(name: str, policy: str | None = None, **rates: float) -> Model:
-    return Model(name, lambda: ScriptedBackend(policy or name, seed=3, **rates))
+    return Model(name, lambda: ScriptedBackend(policy or name, seed=3, plans=PLANS, **rates))
 
 
 MODELS = (scripted("oracle"), scripted("noisy", skip_effect=1.0, ignore_coupling=0.0), scripted("claim_only"))
@@ -158,7 +159,7 @@ def test_a_killed_evaluation_resumes_without_reloading_finished_models(contexts,
             loads.append(name)
             if fail:
                 raise Killed  # killed while loading the second model
-            return ScriptedBackend(name, seed=3)
+            return ScriptedBackend(name, seed=3, plans=PLANS)
         return Model(name, load)
 
     with pytest.raises(Killed):

@@ -30,6 +30,7 @@ from interlock.judging.stage import GRADERS, accepted_rollouts, mandatory_criter
 from interlock.rollout.runs import scripted_rollouts
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.tasks import TaskContext
+from interlock.testing.adversaries import PLANS
 
 from helpers.artifacts import write_packs
 from helpers.repo import REPO
@@ -93,7 +94,8 @@ def judged_run(tasks, tmp_path_factory) -> tuple[Paths, list[Trajectory], Path]:
     chosen = tasks[:3]
     write_packs(paths.packs, [pack for *_, pack in chosen])
     contexts = [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in chosen]
-    rollouts = scripted_rollouts(contexts, POLICIES, seed=0, workdir=tmp_path_factory.mktemp("work"))
+    rollouts = scripted_rollouts(contexts, POLICIES, seed=0, workdir=tmp_path_factory.mktemp("work"),
+                                 plans=PLANS)
     with write_row_groups(paths.trajectories, schemas.TRAJECTORIES) as writer:
         half = len(rollouts) // 2
         for group in (rollouts[:half], rollouts[half:]):

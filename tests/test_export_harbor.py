@@ -35,11 +35,11 @@ from interlock.export import harbor, verifier
 from interlock.export.bundle import bundle
 from interlock.review.controls import run_reference
 from interlock.rollout.runs import scripted_rollouts
-from interlock.rollout.scripted import ADVERSARIES
 from interlock.synthesis.checks import View, run_check
 from interlock.synthesis.packs import TaskPack
 from interlock.synthesis.tasks import TaskContext
 from interlock.synthesis.workspace import DirectoryStore, materialize
+from interlock.testing.adversaries import ADVERSARIES, PLANS
 
 from helpers.artifacts import apply_changes, loaded_script, write_packs
 from helpers.repo import REPO, command_timeout
@@ -288,7 +288,8 @@ def test_the_verifier_agrees_with_interlock_on_every_scripted_solver(tasks, bund
     task: every criterion, every reward (of the final state: what a verifier of the final
     workspace can see; the agent judge also replays the episode)."""
     contexts = [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in tasks]
-    rollouts = scripted_rollouts(contexts, ("oracle", "noisy", *ADVERSARIES), seed=0, workdir=tmp_path / "w")
+    rollouts = scripted_rollouts(contexts, ("oracle", "noisy", *ADVERSARIES), seed=0, workdir=tmp_path / "w",
+                                 plans=PLANS)
     rewards = {0: 0, 1: 0}
     for trajectory in rollouts:
         pack, folder = exported[trajectory.task_id]

@@ -22,11 +22,12 @@ from interlock.core import schemas
 from interlock.core.chat import ToolCall, control_texts
 from interlock.core.config import load_params, write_params
 from interlock.core.io import read_rows, write_row_groups
-from interlock.rollout.forgeries import FORGERIES, PLAN_FORGERIES, ROW_FORGERIES
 from interlock.rollout.runs import RolloutPlan, episode_seed
-from interlock.rollout.scripted import CONTROL_TEXTS, SUBMIT
+from interlock.rollout.scripted import SUBMIT
 from interlock.synthesis.tasks import admitted_tasks, load_domains
 from interlock.synthesis.workspace import MAX_ROOT_BYTES
+from interlock.testing.adversaries import CONTROL_TEXTS
+from interlock.testing.forgeries import FORGERIES, PLAN_FORGERIES, ROW_FORGERIES
 
 from helpers.episodes import oracle_turns, play_turns
 from helpers.repo import BIN, SMOKE, dvc, run

@@ -28,7 +28,7 @@ from interlock.rollout.runs import scripted_rollouts
 from interlock.rollout.scripted import (
     DONE,
     SUBMIT,
-    _case,
+    case_of,
     decision_turns,
     look_turn,
     noisy_gap,
@@ -61,7 +61,7 @@ def _wrong_decision_plan(task, k: int) -> list | None:
     admits no other)."""
     writes = []
     for index, decision in enumerate(task.graph.of_kind("decision")):
-        row, alternatives = _case(task, decision)
+        row, alternatives = case_of(task, decision)
         outcome = task.graph.outcome(decision)
         basis = decision.attrs["basis"]
         if index == k:
@@ -102,8 +102,8 @@ def test_an_ignored_coupling_is_a_commission_at_the_first_wrong_decision(context
         decisions = task.graph.of_kind("decision")
         for seed in range(40):
             gap = noisy_gap(task, random.Random(seed), {"skip_effect": 0.0, "ignore_coupling": 1.0})
-            wrong = [i for i, d in enumerate(decisions) if str(_case(task, d)[0]["id"]) in gap.ignored
-                     and _case(task, d)[1][0].value != task.graph.outcome(d).value]
+            wrong = [i for i, d in enumerate(decisions) if str(case_of(task, d)[0]["id"]) in gap.ignored
+                     and case_of(task, d)[1][0].value != task.graph.outcome(d).value]
             if wrong:
                 key = f"{task.task_id}@{seed}"
                 plans[key] = [look_turn(task), *decision_turns(task, gap.writes), (DONE, [SUBMIT])]

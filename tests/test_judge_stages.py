@@ -28,6 +28,7 @@ from interlock.judging.stage import run_accept, run_judge
 from interlock.recursive.stage import run_grow
 from interlock.rollout.runs import RolloutPlan, episode_seed, scripted_rollouts
 from interlock.synthesis.tasks import TaskContext
+from interlock.testing.adversaries import PLANS
 
 from helpers.artifacts import write_packs
 from helpers.repo import command_timeout, commit, dvc, stages_run, tracked_copy
@@ -49,7 +50,7 @@ def _write_pool(paths: Paths, tasks: list, policies: tuple[str, ...] = POLICIES,
     contexts = [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in tasks]
     with tempfile.TemporaryDirectory() as workdir:
         made = scripted_rollouts(contexts, policies, seed=0, workdir=Path(workdir), skip_effect=1.0,
-                                 ignore_coupling=0.0)
+                                 ignore_coupling=0.0, plans=PLANS)
     plan = RolloutPlan.of(load_params(paths.data.parent / "params.yaml"))  # as _paths wrote it
     if as_run:
         made = [dataclasses.replace(t, rollout_id=f"{t.task_id}.a{policies.index(t.policy)}",

@@ -34,11 +34,12 @@ from interlock.judging.verdicts import (
 )
 from interlock.rollout.engine import RolloutLimits, WorkspaceEnvironment, reenacted_trajectory, run_episodes
 from interlock.rollout.runs import plan_episodes, scripted_rollouts
-from interlock.rollout.scripted import PLANTED, ScriptedBackend, Turn
+from interlock.rollout.scripted import ScriptedBackend, Turn
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.kinds.effects import REGISTER_PATH
 from interlock.synthesis.oracle import oracle_calls
 from interlock.synthesis.tasks import TaskContext
+from interlock.testing.adversaries import PLANS, PLANTED
 
 from helpers.judges import json_objects, prompt_text
 
@@ -57,7 +58,7 @@ def rollouts(contexts, tmp_path_factory) -> dict[str, list[Trajectory]]:
     """policy -> its rollouts, in task order. The noisy solver skips every effect and obeys every
     coupling; like every scripted solver it ends by claiming that everything is done."""
     made = scripted_rollouts(contexts, POLICIES, seed=0, workdir=tmp_path_factory.mktemp("rollouts"),
-                             skip_effect=1.0, ignore_coupling=0.0)
+                             skip_effect=1.0, ignore_coupling=0.0, plans=PLANS)
     by_policy = {policy: [t for t in made if t.policy == policy] for policy in POLICIES}
     assert all(len(ts) == len(contexts) for ts in by_policy.values())
     assert all(t.finish_reason == "submitted" for t in made)
@@ -65,11 +66,12 @@ def rollouts(contexts, tmp_path_factory) -> dict[str, list[Trajectory]]:
 
 
 class Edited(ScriptedBackend):
-    """A scripted solver whose plan is edited before it plays: ``edit(task, turns) -> turns``."""
+    """A scripted solver (any of the adversaries' ``PLANS``) whose plan is edited before it plays:
+    ``edit(task, turns) -> turns``."""
 
     def __init__(self, policy: str, edit: Callable[[TaskContext, list[Turn]], list[Turn]],
                  **rates: float) -> None:
-        super().__init__(policy, **rates)
+        super().__init__(policy, plans=PLANS, **rates)
         self.edit = edit
 
     def begin(self, key: str, task: TaskContext) -> None:
@@ -279,7 +281,7 @@ def test_planted_verifiers_change_nothing(agent_judge, contexts, tmp_path: Path)
     addendum), are collateral: they fail the guard and change no other verdict."""
     context = contexts[0]
     pack = context.pack
-    (trajectory,) = scripted_rollouts([context], ["plant_verifier"], seed=0, workdir=tmp_path)
+    (trajectory,) = scripted_rollouts([context], ["plant_verifier"], seed=0, workdir=tmp_path, plans=PLANS)
     planted = set(PLANTED)
     assert planted <= set(trajectory.final_files)
 

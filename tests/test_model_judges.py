@@ -40,6 +40,7 @@ from interlock.rollout.scripted import ScriptedBackend
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.packs import TaskPack
 from interlock.synthesis.tasks import TaskContext
+from interlock.testing.adversaries import PLANS
 from interlock.testing.loopback_server import Answer, LoopbackServer, completion_body
 
 from helpers.judges import (
@@ -110,7 +111,8 @@ def packs(contexts) -> list[TaskPack]:
 @pytest.fixture(scope="module")
 def claim_only(contexts, tmp_path_factory) -> list[Trajectory]:
     """The do-nothing control, one per task: everything but the guard truly fails."""
-    return scripted_rollouts(contexts, ("claim_only",), seed=0, workdir=tmp_path_factory.mktemp("claims"))
+    return scripted_rollouts(contexts, ("claim_only",), seed=0, workdir=tmp_path_factory.mktemp("claims"),
+                             plans=PLANS)
 
 
 def _injected(trajectory: Trajectory, attack: str, pack: TaskPack) -> Trajectory:

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from interlock.judging import boundary, sandbox
-from interlock.rollout.forgeries import FORGERIES, PLAN_FORGERIES, ROW_FORGERIES
-from interlock.rollout.scripted import ADVERSARIES, BENIGN
+from interlock.testing.adversaries import ADVERSARIES, BENIGN
+from interlock.testing.forgeries import FORGERIES, PLAN_FORGERIES, ROW_FORGERIES
 
 from helpers.repo import REPO, run
 from helpers.servers import vllm_processes_in

@@ -28,6 +28,7 @@ from interlock.judging.judges import JudgeContext
 from interlock.judging.stage import run_accept, run_judge
 from interlock.models.backends import make_backend
 from interlock.rollout.runs import scripted_rollouts
+from interlock.testing.adversaries import PLANS
 
 from helpers.artifacts import write_packs
 from helpers.repo import REPO
@@ -185,7 +186,7 @@ def test_a_toy_judge_grades_the_pool_and_accept_uses_it(lab, tmp_path: Path, con
     write_packs(packs_dir, [c.pack for c in contexts[:2]])
     with tempfile.TemporaryDirectory() as workdir:
         made = scripted_rollouts(contexts[:2], ("oracle", "claim_only"), seed=0, workdir=Path(workdir),
-                                 skip_effect=1.0, ignore_coupling=0.0)
+                                 skip_effect=1.0, ignore_coupling=0.0, plans=PLANS)
     with write_row_groups(table, schemas.TRAJECTORIES) as writer:
         writer.write([t.to_row() for t in made])
     summary = run_judge(table, [packs_dir], out, graders=judge.graders, context=JudgeContext(workers=1),

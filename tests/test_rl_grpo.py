@@ -32,7 +32,8 @@ from interlock.models.checkpoint import load_checkpoint, read_manifest, untraine
 from interlock.rl.environment import TaskEpisode, TaskPool, policy_tokens, score
 from interlock.rl.grpo import GroupRollouts, GRPOSettings, StepLog, train_grpo
 from interlock.rollout.engine import TOOLS, RolloutLimits
-from interlock.rollout.scripted import ADVERSARIES, ATTACKS, CONTROLS, ScriptedBackend
+from interlock.rollout.scripted import ScriptedBackend
+from interlock.testing.adversaries import ADVERSARIES, ATTACKS, CONTROLS, PLANS
 
 from helpers.judges import accepted_by_the_stages
 from helpers.repo import SMOKE, command_timeout, dvc, stages_run
@@ -64,7 +65,7 @@ def _trainer(tokenizer, step: int = 0) -> SimpleNamespace:
 def _play(policy, contexts, agent_judge, tokenizer, tmp_path, kind="pass"):
     """One rollout-function call on every fixture task, played by a scripted policy (a backend)."""
     pool = TaskPool(contexts)
-    backend = policy if not isinstance(policy, str) else ScriptedBackend(policy, seed=1)
+    backend = policy if not isinstance(policy, str) else ScriptedBackend(policy, seed=1, plans=PLANS)
     rollouts = GroupRollouts(pool, agent_judge, _settings(reward=kind), tmp_path / "episodes",
                              StepLog(tmp_path / "steps.json"), backend)
     return rollouts(pool.prompts(), _trainer(tokenizer)), rollouts

@@ -12,9 +12,9 @@ import pytest
 from interlock.judging.text import TextJudge
 from interlock.judging.verdicts import accepted
 from interlock.rl.reward import FAILED_ENDS, REWARD_KINDS, episode_reward
-from interlock.rollout.scripted import ATTACKS, CONTROLS
 from interlock.synthesis.checks import View, run_check
 from interlock.synthesis.workspace import MemoryStore
+from interlock.testing.adversaries import ATTACKS, CONTROLS
 
 from helpers.judges import accepted_by_the_stages
 

@@ -13,10 +13,11 @@ from interlock.core.io import read_rows
 from interlock.judging.verdicts import accepted
 from interlock.rollout.engine import RolloutLimits, run_episodes
 from interlock.rollout.runs import plan_episodes, run_rollouts
-from interlock.rollout.scripted import ADVERSARIES, ScriptedBackend
+from interlock.rollout.scripted import ScriptedBackend
 from interlock.synthesis.checks import View, run_check
 from interlock.synthesis.tasks import TaskContext
 from interlock.synthesis.workspace import MemoryStore
+from interlock.testing.adversaries import ADVERSARIES, PLANS
 
 from helpers.artifacts import apply_changes, kill_when_parts_are_written
 
@@ -95,7 +96,7 @@ def test_abuse_is_contained_and_never_accepted(tasks, tmp_path, policy, agent_ju
     workdir.mkdir(parents=True)
     (tmp_path / "sandbox" / "outside.txt").write_text("untouched")
     before = _tree(tmp_path, workdir)
-    trajectories = list(run_episodes(_episodes(contexts, policy), ScriptedBackend(policy),
+    trajectories = list(run_episodes(_episodes(contexts, policy), ScriptedBackend(policy, plans=PLANS),
                                      RolloutLimits(max_turns=12), workdir))
     assert len(trajectories) == len(contexts)
     assert _tree(tmp_path, workdir) == before, "nothing outside the workspaces changed"
@@ -112,10 +113,11 @@ def test_abuse_is_contained_and_never_accepted(tasks, tmp_path, policy, agent_ju
 
 def test_long_output_is_clipped_and_loops_end_at_the_turn_limit(tasks, tmp_path):
     contexts = _contexts(tasks)[:1]
-    flood = next(run_episodes(_episodes(contexts, "flood_output"), ScriptedBackend("flood_output"),
+    flood = next(run_episodes(_episodes(contexts, "flood_output"),
+                              ScriptedBackend("flood_output", plans=PLANS),
                               RolloutLimits(max_observation_chars=500), tmp_path))
     assert max(len(m.content) for m in flood.messages if m.role == "tool") < 600
-    loop = next(run_episodes(_episodes(contexts, "tool_loop"), ScriptedBackend("tool_loop"),
+    loop = next(run_episodes(_episodes(contexts, "tool_loop"), ScriptedBackend("tool_loop", plans=PLANS),
                              RolloutLimits(max_turns=5), tmp_path))
     assert loop.finish_reason == "max_turns" and loop.turns == 5
 

