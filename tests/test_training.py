@@ -532,7 +532,8 @@ def test_auto_trains_in_what_the_probe_chose_and_the_stage_records_it(demos, tin
     params, paths = stage_paths(tmp_path, [training_row(t) for t in demos[:2]], tiny_checkpoint,
                                 ["backbone.dtype=auto", "tracking=offline", "train.seeds=1"])
     report = train(params, paths)
-    runtime = {"backend": "transformers", "served": False, "dtype": "auto", "resolved_dtype": "bfloat16"}
+    runtime = {"backend": "transformers", "engine": "transformers", "served": False, "dtype": "auto",
+               "resolved_dtype": "bfloat16"}
     assert report.config == {"runtime": runtime} and report.record["runtime"] == runtime
     assert report.metrics["trained"]
     assert read_manifest(paths.model("rft") / "seed-0")["compute_dtype"] == "bfloat16"
