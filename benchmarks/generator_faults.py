@@ -17,22 +17,25 @@ measures every class over the catalog's training domains.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from pathlib import Path
 
-from interlock.core.types import TaskSize
+from interlock.core.config import default_params
 from interlock.recursive.similarity import nearest_neighbours, tail_share, task_signature
 from interlock.review.author_faults import fault_graphs, fault_table, write_with_faults
 from interlock.review.scripted_author import FAULTS
+from interlock.synthesis.authors.agents import settings_of
 from interlock.synthesis.authors.compile import Unwritten
 from interlock.synthesis.catalog import load_catalog
 from interlock.synthesis.packs import compile_pack
 from interlock.testing.authors import served
 
-SIZE = TaskSize(2, 1, 1, 1)  # the default scale's task size
+DEFAULTS = default_params()
+SIZE = DEFAULTS.scale.task_size.build()  # the default scale's task size
 SEED = 5
-TAIL = 0.95  # recursive synthesis's similarity threshold (conf/synthesis)
+TAIL = DEFAULTS.synthesis.similarity_threshold  # recursive synthesis's similarity threshold
 
 
 def main() -> None:
@@ -44,7 +47,8 @@ def main() -> None:
     domains = catalog.split("train")[:args.domains]
     graphs = fault_graphs(domains, SIZE, SEED)
     start = time.perf_counter()
-    run = write_with_faults(graphs, catalog, serve=served)
+    settings = settings_of(default_params(["generator=llm"]).generator, seed=0)
+    run = write_with_faults(graphs, catalog, settings, serve=functools.partial(served, max_in_flight=16))
     authored_s = time.perf_counter() - start
     start = time.perf_counter()
     rows = fault_table(run, catalog)

@@ -20,11 +20,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from interlock.core.config import GeneratorConfig
+from interlock.core.config import default_params
 from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
 from interlock.review.author_faults import reviewed
-from interlock.synthesis.authors.agents import AuthorSettings, author_backend
+from interlock.synthesis.authors.agents import author_backend, settings_of
 from interlock.synthesis.authors.compile import author_packs
 from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.catalog import load_catalog
@@ -45,11 +45,11 @@ def main() -> None:
     catalog = load_catalog()
     domains = catalog.split("train")[:args.tasks]
     graphs = [build_graph(make_blueprint(d, "rft", 0, SIZE, stable_seed(9, d.id)), d) for d in domains]
-    generator = GeneratorConfig(name="llm", backend=args.backend, model=str(args.checkpoint), temperature=0.7,
-                                max_new_tokens=args.max_new_tokens, max_attempts=args.max_attempts)
+    generator = default_params(["generator=llm"]).generator.replace(
+        backend=args.backend, model=str(args.checkpoint), max_new_tokens=args.max_new_tokens,
+        max_attempts=args.max_attempts)
     backend = author_backend(generator)
-    settings = AuthorSettings(temperature=0.7, max_new_tokens=args.max_new_tokens,
-                              max_attempts=args.max_attempts)
+    settings = settings_of(generator, seed=0)
     start = time.perf_counter()
     made, calls = author_packs(graphs, catalog, backend, settings)
     seconds = time.perf_counter() - start

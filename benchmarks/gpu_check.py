@@ -109,7 +109,7 @@ def throughput(checkpoint: Path, count: int, info: dict) -> dict:
     if not info["vllm"]:
         return skipped("vLLM does not import here (`make vllm` on a CPU, the gpu extra on a GPU)")
     from interlock.core.backend import releasing
-    from interlock.core.config import BackboneConfig, GenerationConfig
+    from interlock.core.config import GenerationConfig, default_params
     from interlock.models.backends import make_backend
     from interlock.models.vllm_backend import VLLMBackend
 
@@ -123,9 +123,9 @@ def throughput(checkpoint: Path, count: int, info: dict) -> dict:
     from interlock.evaluation.run import free_memory
 
     free_memory()
-    backbone = BackboneConfig(name="check", weights={"source": "pretrained", "model": str(checkpoint)},
-                              backend="transformers", serve="vllm", dtype=dtype, max_context=4096,
-                              generation=GenerationConfig(temperature=0.0, max_new_tokens=128))
+    backbone = default_params(["backbone=tiny"]).backbone.replace(
+        name="check", weights={"source": "pretrained", "model": str(checkpoint)}, serve="vllm", dtype=dtype,
+        max_context=4096, generation=GenerationConfig(temperature=0.0, max_new_tokens=128))
     started = time.perf_counter()
     with releasing(make_backend(backbone, checkpoint)) as served:
         figures["server_start_seconds"] = round(time.perf_counter() - started, 1)

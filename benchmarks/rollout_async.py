@@ -43,9 +43,16 @@ TARGET_RATIO = 2.0
 SCHEDULES = ("lockstep", "async")
 
 
+def client_limits(**changes) -> dict:
+    """The openai client's limits as conf/ declares them (backbone.server), with ``changes``."""
+    from interlock.core.config import default_params
+
+    return default_params().backbone.server.replace(**changes).client_limits()
+
+
 def tasks(count: int, seed: int) -> list:
     """``count`` compiled tasks of the training domains, at the default scale's task size."""
-    from interlock.core.config import Params, compose_params
+    from interlock.core.config import default_params
     from interlock.core.seeds import stable_seed
     from interlock.synthesis.blueprints import make_blueprint
     from interlock.synthesis.catalog import load_catalog
@@ -53,7 +60,7 @@ def tasks(count: int, seed: int) -> list:
     from interlock.synthesis.packs import compile_pack
     from interlock.synthesis.tasks import TaskContext
 
-    size = Params.model_validate(compose_params(ROOT / "conf")).scale.task_size
+    size = default_params().scale.task_size
     domains = [d for d in load_catalog().domains if d.split == "train"][:count]
     built = []
     for domain in domains:
@@ -76,7 +83,7 @@ def run_side(schedule: str, contexts: list, args: argparse.Namespace) -> tuple[d
     episodes = list(plan_episodes(iter(contexts), policy="loopback", attempts=args.attempts, seed=args.seed))
     with (LoopbackServer(agent, args.endpoints, max_requests=50 * len(episodes), max_seconds=600) as server,
           tempfile.TemporaryDirectory(prefix="interlock-bench-") as work):
-        backend = OpenAIBackend(server.urls, "loopback", max_in_flight=args.in_flight)
+        backend = OpenAIBackend(server.urls, "loopback", **client_limits(max_in_flight=args.in_flight))
         start = time.perf_counter()
         trajectories = list(run_episodes(episodes, backend, RolloutLimits(), Path(work),
                                          batch_size=args.in_flight, schedule=schedule))
@@ -117,8 +124,8 @@ def behaviours(contexts: list, args: argparse.Namespace) -> dict:
     def episodes(script, chosen, schedule, **settings):
         with (LoopbackServer(script, 2) as server,
               tempfile.TemporaryDirectory(prefix="interlock-bench-") as work):
-            backend = OpenAIBackend(server.urls, "loopback", **{"max_in_flight": 4, "backoff_s": 0.01,
-                                                                  **settings})
+            limits = {**client_limits(max_in_flight=4), "backoff_s": 0.01, **settings}
+            backend = OpenAIBackend(server.urls, "loopback", **limits)
             planned = plan_episodes(iter(chosen), policy="loopback", attempts=1, seed=args.seed)
             start = time.perf_counter()
             done = list(run_episodes(planned, backend, RolloutLimits(max_turns=12), Path(work),
@@ -143,7 +150,8 @@ def behaviours(contexts: list, args: argparse.Namespace) -> dict:
                               "seconds_per_retry": seconds / max(1, backend.retries),
                               "ratio_to_told": seconds / max(1, backend.retries) / 0.3}
     with LoopbackServer(lambda r: Answer(200, completion_body("hi"), drip_s=0.05), 1) as server:
-        backend = OpenAIBackend(server.urls, "loopback", timeout_s=0.4, max_retries=1, backoff_s=0.01)
+        backend = OpenAIBackend(server.urls, "loopback", **client_limits(timeout_s=0.4, max_retries=1),
+                                backoff_s=0.01)
         start = time.perf_counter()
         completion = backend.complete_one(ChatRequest("k", (Message("user", "hi"),)))
         seconds = time.perf_counter() - start

@@ -29,9 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from interlock.core.config import compose_params  # noqa: E402
-from interlock.core.types import TaskSize  # noqa: E402
-from interlock.recursive.operators import OPERATORS  # noqa: E402
+from interlock.core.config import default_params  # noqa: E402
 from interlock.recursive.rounds import Pool, RoundsConfig, grow_rounds  # noqa: E402
 from interlock.recursive.similarity import tail_share  # noqa: E402
 from interlock.recursive.validation import compile_task  # noqa: E402
@@ -39,6 +37,7 @@ from interlock.synthesis.blueprints import generate_blueprints  # noqa: E402
 from interlock.synthesis.catalog import load_catalog  # noqa: E402
 
 PUBLISHED_TASKS, PUBLISHED_ROUNDS = 37_484, 15
+RST = default_params(["synthesis=rst"]).synthesis  # operators, novelty power and tail threshold
 TARGET_SECONDS = 15 * 60
 TARGET_RSS_RATIO = 1.5  # last round's peak resident memory against the first's
 
@@ -49,7 +48,7 @@ def rss_mib() -> float:
 
 def seed_tasks(count: int, seed: int) -> tuple[list, object]:
     catalog = load_catalog(None)
-    size = TaskSize(**compose_params(ROOT / "conf", [])["scale"]["task_size"])
+    size = default_params().scale.task_size.build()
     domains = len(catalog.split("train"))
     per_domain = math.ceil(count / domains)
     blueprints = list(generate_blueprints(catalog, seed=seed, train_domains=domains, heldout_domains=0,
@@ -81,13 +80,13 @@ def main(argv: list[str] | None = None) -> None:
     for number in range(1, args.rounds + 1):
         remaining = max(0, args.target - validated)
         candidates = math.ceil(remaining / (args.rounds - number + 1) / max(rate, 0.05))
-        config = RoundsConfig(1, candidates, args.sampler, tuple(OPERATORS), seed=args.seed)
+        config = RoundsConfig.of(RST.replace(rounds=1, candidates=candidates), args.sampler, args.seed)
         clock = time.perf_counter()
         report, _ = next(grow_rounds(pool, config, first=number))
         seconds = time.perf_counter() - clock
         validated += report.validated
         rate = report.validated / report.candidates if report.candidates else rate
-        tail = tail_share(report.nearest, 0.95)
+        tail = tail_share(report.nearest, RST.similarity_threshold)
         row = {"round": number, "candidates": report.candidates, "validated": report.validated,
                "pool": len(pool.members), "seconds": round(seconds, 2),
                "seconds_per_validated": round(seconds / report.validated, 4) if report.validated else None,

@@ -20,11 +20,14 @@ from interlock.review.addressed import addressed_problems, addressed_sentence
 from interlock.review.author_faults import write_with_faults
 from interlock.review.reading import fold
 from interlock.review.scripted_author import MEMO, MEMO_PATH
+from interlock.synthesis.authors.agents import settings_of
 from interlock.synthesis.authors.compile import Unwritten
 from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.graph import build_graph
 from interlock.synthesis.packs import REQUEST_PATH, TaskPack
 from interlock.synthesis.workspace import format_csv, parse_csv
+
+from helpers.config import defaults
 
 #: the phrase list this review replaced (its seven patterns, on folded text): the corpus below
 #: records how much of it that list let through
@@ -326,6 +329,6 @@ def test_the_scripted_authors_clean_paraphrases_of_every_domain_are_admitted(cat
     graphs = {("clean", d.id): build_graph(make_blueprint(d, "rft", 0, TaskSize(4, 3, 2, 2),
                                                           stable_seed(5, "addressed", d.id)), d)
               for d in catalog.domains}
-    made = write_with_faults(graphs, catalog).made
+    made = write_with_faults(graphs, catalog, settings_of(defaults("generator=llm").generator, seed=0)).made
     assert not [m for m in made.values() if isinstance(m, Unwritten)]
     assert {key: addressed_problems(m) for key, m in made.items() if addressed_problems(m)} == {}

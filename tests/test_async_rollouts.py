@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from interlock.core import schemas
-from interlock.core.config import BackboneConfig, GenerationConfig, ServerConfig
+from interlock.core.config import GenerationConfig
 from interlock.core.errors import InterlockError
 from interlock.core.io import read_rows
 from interlock.models import openai_backend
@@ -33,14 +33,17 @@ from interlock.testing.loopback_server import (
 )
 
 from helpers.artifacts import kill_when_parts_are_written
+from helpers.config import defaults
 from helpers.repo import command_timeout
+from helpers.servers import client_limits
 
 #: quick replies: the tests time behaviour, not throughput
 AGENT = ScriptedAgent(seed=5, median_tokens=8, sigma=1.0, first_token_s=0.002, seconds_per_token=0.0005)
 
 
 def _backend(server: LoopbackServer, **settings) -> OpenAIBackend:
-    return OpenAIBackend(server.urls, "loopback", **{"max_in_flight": 4, "backoff_s": 0.01, **settings})
+    return OpenAIBackend(server.urls, "loopback",
+                         **{**client_limits(max_in_flight=4), "backoff_s": 0.01, **settings})
 
 
 def _rollouts(contexts, backend, tmp_path: Path, schedule: str | None = None, attempts: int = 1,
@@ -323,8 +326,8 @@ def test_a_server_that_answers_byte_by_byte_is_cut_at_the_timeout(tmp_path) -> N
 
 def test_the_config_reaches_the_backend(tmp_path, monkeypatch) -> None:
     (tmp_path / "config.json").write_text("{}")
-    backbone = BackboneConfig(name="tiny", weights={"source": "tiny"}, backend="openai", dtype="float32",
-                              max_context=64, generation=GenerationConfig(temperature=0, max_new_tokens=8))
+    backbone = defaults("backbone=tiny").backbone.replace(
+        backend="openai", max_context=64, generation=GenerationConfig(temperature=0, max_new_tokens=8))
     monkeypatch.delenv(OPENAI_URL_ENV, raising=False)
     with pytest.raises(InterlockError, match="backbone.server.base_urls"):
         make_backend(backbone, tmp_path)
@@ -333,18 +336,18 @@ def test_the_config_reaches_the_backend(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(OPENAI_URL_ENV, "http://a:8000/v1, https://b/v1/")
     assert [e.url for e in make_backend(backbone, tmp_path).endpoints] == [
         "http://a:8000/v1/chat/completions", "https://b/v1/chat/completions"]
-    server = ServerConfig(base_urls=["http://c:1/v1", "http://d:2/v1"], max_in_flight=3, max_retries=1,
-                          timeout_s=9)
+    server = backbone.server.replace(base_urls=["http://c:1/v1", "http://d:2/v1"], max_in_flight=3,
+                                     max_retries=1, timeout_s=9)
     backend = make_backend(backbone.model_copy(update={"server": server}), tmp_path)
     assert [e.port for e in backend.endpoints] == [1, 2]  # the config wins over the environment
     assert (backend.max_in_flight, backend.max_retries, backend.timeout_s) == (3, 1, 9)
     for bad in ("ftp://e/v1", "c:1/v1", "http://:1/v1", "http://e:port/v1"):
         with pytest.raises(InterlockError, match="not an http"):
-            OpenAIBackend([bad], "m")
+            OpenAIBackend([bad], "m", **client_limits())
 
 
 def _resumable(contexts, out: Path, work: Path, urls: list[str]) -> dict:
-    backend = OpenAIBackend(urls, "loopback", max_in_flight=3, backoff_s=0.01)
+    backend = OpenAIBackend(urls, "loopback", **client_limits(max_in_flight=3), backoff_s=0.01)
     episodes = plan_episodes(iter(contexts), policy="loopback", attempts=2, seed=4)
     return run_rollouts(episodes, backend, RolloutLimits(max_turns=12), total=2 * len(contexts), out=out,
                         timings=out.with_name("timings.parquet"), work=work, run_id="run", flush_every=1)

@@ -7,12 +7,18 @@ To regenerate it after changing conf/: `interlock params`.
 
 from __future__ import annotations
 
+import ast
 import configparser
+import json
 import re
+import typing
+from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from interlock.core.config import Params, compose_params, load_params, params_text, write_params
 from interlock.core.errors import InterlockError
@@ -36,7 +42,8 @@ def compose_config(overrides: list[str] | None = None) -> dict:
 
 
 def _options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+    """The group's options (a file named ``_...`` is what its options share, not an option)."""
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml") if not p.stem.startswith("_"))
 
 
 def test_params_yaml_is_composed_default() -> None:
@@ -346,5 +353,139 @@ def _documented_options() -> dict[str, set[str]]:
 def test_the_docs_list_every_option_of_every_group() -> None:
     """One declaration per option: the files under conf/ are the source; the reference page names
     each group and exactly its options."""
-    groups = {d.name: {p.stem for p in d.glob("*.yaml")} for d in CONF.iterdir() if d.is_dir()}
+    groups = {d.name: set(_options(d.name)) for d in CONF.iterdir() if d.is_dir()}
     assert _documented_options() == groups
+
+
+# ----------------------------------------------------------------------------- one declaration each
+
+def _written(path: Path, conf: Path = CONF) -> Iterator[tuple[str, str]]:
+    """(dotted key, value as JSON) of every leaf ``path`` writes itself (not what its defaults list
+    brings), under the package the file lands in: its group's, or the root for ``_global_``."""
+    text = path.read_text(encoding="utf-8")
+    group = path.parent.relative_to(conf).as_posix().replace("/", ".")
+    package = "" if "@package _global_" in text or group == "." else group
+
+    def leaves(node: object, key: str) -> Iterator[tuple[str, str]]:
+        if isinstance(node, dict) and node:
+            for name, value in node.items():
+                yield from leaves(value, f"{key}.{name}" if key else str(name))
+        else:
+            yield key, json.dumps(node)
+
+    written = yaml.safe_load(text) or {}
+    written.pop("defaults", None)
+    yield from leaves(written, package)
+
+
+def test_no_value_is_written_by_two_files_of_conf() -> None:
+    """One declaration per option: a value several options share is written once, in the file they
+    extend (a group's ``_shared.yaml``, the option the others list first in their defaults, or
+    ``conf/server/``), so a change to it is one edit and cannot leave a copy behind."""
+    writers: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for path in sorted(CONF.rglob("*.yaml")):
+        for key, value in _written(path):
+            writers[key, value].append(path.relative_to(CONF).as_posix())
+    assert {f"{key} = {value}": files for (key, value), files in writers.items() if len(files) > 1} == {}
+
+
+def test_the_no_duplicate_check_sees_a_copy(tmp_path: Path) -> None:
+    """The check above reads what a file writes under its group's package."""
+    (tmp_path / "backbone").mkdir()
+    (tmp_path / "backbone" / "a.yaml").write_text("defaults:\n  - _shared\nserver:\n  max_retries: 5\n")
+    assert list(_written(tmp_path / "backbone" / "a.yaml", tmp_path)) == [
+        ("backbone.server.max_retries", "5")]
+
+
+def _sections(annotation: object) -> Iterator[type[BaseModel]]:
+    """Every pydantic model an annotation holds (through unions, lists and ``Annotated``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation
+        for field in annotation.model_fields.values():
+            yield from _sections(field.annotation)
+    for argument in typing.get_args(annotation):
+        yield from _sections(argument)
+
+
+def test_the_typed_config_declares_no_default() -> None:
+    """conf/ declares every default; the models that check the composed values write none of
+    their own (a section built in code takes conf's: ``interlock.core.config.default_params``)."""
+    defaulted = {f"{model.__name__}.{name}" for model in _sections(Params)
+                 for name, field in model.model_fields.items() if not field.is_required()}
+    assert defaulted == set()
+
+
+#: literal defaults in src/ that equal a conf value of the same name but are not that option's
+#: default: the pipeline always passes the option where it has one, and these are the library's
+#: own defaults for callers outside it, free to differ. (file, name) -> why.
+LIBRARY_DEFAULTS = {
+    ("core/backend.py", "max_new_tokens"): "a request's token budget when its caller sets none",
+    ("rollout/engine.py", "max_new_tokens"): "RolloutLimits for scripted and test runs; stages use .of(...)",
+    ("rollout/engine.py", "temperature"): "RolloutLimits for scripted and test runs; stages use .of(...)",
+    ("judging/text.py", "max_new_tokens"): "a model judge's reply budget, no option sets it",
+    ("judging/agent.py", "max_new_tokens"): "a model judge's reply budget, no option sets it",
+    ("judging/sandbox.py", "provider"): "auto: the first boundary this machine builds, if none is named",
+    ("evaluation/metrics.py", "attempts"): "the MDE formula's attempts per task",
+    ("rollout/runs.py", "attempts"): "scripted rollouts for tests and controls",
+    ("recursive/rounds.py", "candidates"): "a round report's counter, starting at 0",
+    ("models/checkpoint.py", "dtype"): "a checkpoint loads in fp32 unless told",
+    ("models/transformers_backend.py", "dtype"): "a checkpoint loads in fp32 unless told",
+    ("training/scoring.py", "dtype"): "a checkpoint loads in fp32 unless told",
+}
+
+
+def _library_defaults(source: Path) -> Iterator[tuple[str, int, object]]:
+    """(name, line, value) of every literal default in ``source``: function parameters, and
+    annotated class fields (``Field(default=...)`` included)."""
+    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+        pairs: list[tuple[str, ast.expr]] = []
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            positional = node.args.posonlyargs + node.args.args
+            pairs += [(a.arg, d) for a, d in zip(positional[len(positional) - len(node.args.defaults):],
+                                                 node.args.defaults, strict=True)]
+            keywords = zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True)
+            pairs += [(a.arg, d) for a, d in keywords if d]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
+            value = node.value
+            if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "Field":
+                value = {k.arg: k.value for k in value.keywords}.get("default")
+            if value is not None:
+                pairs.append((node.target.id, value))
+        for name, default in pairs:
+            try:
+                yield name, default.lineno, ast.literal_eval(default)
+            except ValueError:
+                continue
+
+
+def _conf_values(node: object, key: str = "") -> Iterator[tuple[str, object]]:
+    if isinstance(node, dict):
+        for name, value in node.items():
+            yield from _conf_values(value, str(name))
+    elif isinstance(node, int | float | str) and not isinstance(node, bool):
+        yield key, node
+
+
+def test_the_library_writes_no_default_of_conf_again() -> None:
+    """A literal default in src/ equal to a conf value of the same name (``max_retries: int = 5``
+    beside conf/server's ``max_retries: 5``) is the option's default written twice: the caller
+    passes the option instead. The exceptions are the library's own defaults, listed with why."""
+    conf = defaultdict(list)
+    for name, value in _conf_values(compose_config()):
+        conf[name].append(value)
+    library = ROOT / "src" / "interlock"
+    found = {}
+    for source in sorted(library.rglob("*.py")):
+        for name, line, value in _library_defaults(source):
+            if isinstance(value, int | float | str) and not isinstance(value, bool) and value in conf[name]:
+                found[source.relative_to(library).as_posix(), name] = line
+    assert {key: f"line {line}" for key, line in found.items() if key not in LIBRARY_DEFAULTS} == {}
+    assert set(LIBRARY_DEFAULTS) <= set(found), "an exception no longer applies: remove it"
+
+
+def test_the_library_scan_sees_a_keyword_default_and_a_field_default(tmp_path: Path) -> None:
+    """The check above reads parameter defaults and annotated fields, ``Field(default=...)`` too."""
+    source = tmp_path / "client.py"
+    source.write_text("class Limits:\n    timeout_s: float = Field(default=600.0, gt=0)\n\n\n"
+                      "def connect(url, *, max_retries: int = 5, log=print): ...\n")
+    assert sorted(_library_defaults(source)) == [("max_retries", 5, 5), ("timeout_s", 2, 600.0)]

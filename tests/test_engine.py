@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from interlock.core.backend import releasing
-from interlock.core.config import BackboneConfig, GenerationConfig
+from interlock.core.config import GenerationConfig
 from interlock.models import engine
 from interlock.models.backends import make_backend, model_runtime
+
+from helpers.config import defaults
 
 VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not VLLM, reason="vllm is not installed (`make vllm`)")
@@ -86,9 +88,9 @@ def test_a_record_for_another_machine_is_not_used(record: Path) -> None:
 def test_auto_builds_and_records_the_engine_this_machine_chose(chosen: str, record: Path,
                                                                tiny_checkpoint: Path) -> None:
     engine.write(engine.EngineChoice(chosen, "chosen by the test", engine.machine_key()))
-    backbone = BackboneConfig(name="tiny", weights={"source": "pretrained", "model": str(tiny_checkpoint)},
-                              backend="auto", dtype="float32", max_context=1024,
-                              generation=GenerationConfig(temperature=0.0, max_new_tokens=8))
+    backbone = defaults("backbone=tiny").backbone.replace(
+        weights={"source": "pretrained", "model": str(tiny_checkpoint)}, backend="auto", max_context=1024,
+        generation=GenerationConfig(temperature=0.0, max_new_tokens=8))
     runtime = model_runtime(backbone, "generate", tiny_checkpoint)
     assert (runtime["backend"], runtime["engine"], runtime["resolved_dtype"]) == ("auto", chosen, "float32")
     with releasing(make_backend(backbone, tiny_checkpoint)) as backend:

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from interlock.core import schemas
-from interlock.core.config import BackboneConfig
 from interlock.core.errors import InterlockError
 from interlock.core.io import read_rows, write_table
 from interlock.evaluation.benchmarks import AdmittedPool, RunSettings, rollout_id
@@ -47,6 +46,8 @@ from interlock.rollout.scripted import ScriptedBackend
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.packs import Criterion
 from interlock.testing.adversaries import PLANS
+
+from helpers.config import defaults
 
 SETTINGS = RunSettings(attempts=2, seed=11, limits=RolloutLimits(max_turns=12), batch_size=4)
 TABLES = ("trajectories.parquet", "results.parquet", "verdicts.parquet")
@@ -646,9 +647,9 @@ def test_an_external_adapter_brings_its_own_tasks_episodes_and_grading(contexts,
 
 
 def test_a_missing_checkpoint_names_the_stage_that_makes_it(tmp_path) -> None:
-    backbone = BackboneConfig(name="tiny", weights={"source": "tiny"}, backend="transformers",
-                              dtype="float32", max_context=512,
-                              generation={"temperature": 0.0, "max_new_tokens": 8})
+    backbone = defaults("backbone=tiny").backbone.replace(
+        max_context=512,
+        generation={"temperature": 0.0, "max_new_tokens": 8})
     (tmp_path / "base").mkdir()
     with pytest.raises(InterlockError) as error:
         checkpoint_models(["base", "demo_sft", "rft"], tmp_path, backbone)

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from interlock.core import schemas
 from interlock.core.backend import ChatRequest, Completion
-from interlock.core.config import GeneratorConfig, ServerConfig
 from interlock.core.errors import InterlockError
 from interlock.core.io import read_rows
 from interlock.core.seeds import stable_seed
@@ -29,7 +28,7 @@ from interlock.review.static import review_pack
 from interlock.rollout.engine import RolloutLimits, run_episodes
 from interlock.rollout.runs import plan_episodes
 from interlock.rollout.scripted import ScriptedBackend
-from interlock.synthesis.authors.agents import Ask, AuthorSettings, Refusal, ask, author_backend
+from interlock.synthesis.authors.agents import Ask, Refusal, ask, author_backend, settings_of
 from interlock.synthesis.authors.compile import Unwritten, author_packs
 from interlock.synthesis.authors.forms import (
     Citation,
@@ -47,8 +46,12 @@ from interlock.synthesis.tasks import TaskContext
 from interlock.testing.authors import ServedAuthor, served
 from interlock.testing.loopback_server import LoopbackServer
 
+from helpers.config import defaults
+from helpers.servers import client_limits
+
 LIMITS = Limits()
-SETTINGS = AuthorSettings(max_new_tokens=4096, max_attempts=3)
+LLM = defaults("generator=llm").generator  # the llm generator as conf/ declares it (served by openai)
+SETTINGS = settings_of(LLM, seed=0)
 #: a few words each fault's refusal must say
 REFUSED = {
     "row_dropped": "rows with id",
@@ -193,7 +196,7 @@ def test_a_refused_reply_goes_back_with_its_reason_until_the_attempts_run_out() 
         "gone": [Completion("", 0, 0, "server_error", "HTTP 503 after 5 retries")] * 3,
     })
     asks = [Ask(task, (), form) for task in ("fixed", "never", "gone")]
-    results, calls = ask(backend, asks, AuthorSettings(max_attempts=3, max_new_tokens=99))
+    results, calls = ask(backend, asks, replace(SETTINGS, max_attempts=3, max_new_tokens=99))
     assert results["fixed"] == "Process them."
     assert results["never"] == Refusal("request", "the answer was cut off at 99 tokens")
     assert str(results["gone"]) == ("request writer: no answer came back (server_error: HTTP 503 after 5 "
@@ -209,12 +212,12 @@ def test_a_refused_reply_goes_back_with_its_reason_until_the_attempts_run_out() 
 
 def test_the_author_backend_needs_a_checkpoint_for_a_local_model_and_a_server_for_openai(tmp_path) -> None:
     with pytest.raises(InterlockError, match="no checkpoint folder"):
-        author_backend(GeneratorConfig(name="llm", backend="transformers", model=str(tmp_path)))
-    backend = author_backend(GeneratorConfig(name="llm", backend="openai", model="served-name",
-                                             server=ServerConfig(base_urls=["http://127.0.0.1:9/v1"])))
+        author_backend(LLM.replace(backend="transformers", model=str(tmp_path)))
+    backend = author_backend(LLM.replace(model="served-name",
+                                         server=LLM.server.replace(base_urls=["http://127.0.0.1:9/v1"])))
     assert backend.name == "openai"
     with pytest.raises(InterlockError, match="generator.model"):
-        GeneratorConfig(name="llm", backend="openai")
+        LLM.replace(model=None)
 
 
 # ----------------------------------------------------------------------------- the mistakes, planted
@@ -254,7 +257,7 @@ def test_a_refused_first_reply_is_retried_and_the_task_admitted(planted) -> None
 def test_the_author_fault_controls_count_each_class_and_show_what_a_blinded_review_lets_through(
         catalog, monkeypatch) -> None:
     domains = catalog.split("train")[:2]
-    found = author_fault_controls(domains, catalog, size=SMALL, seed=3)
+    found = author_fault_controls(domains, catalog, size=SMALL, seed=3, settings=SETTINGS)
     classes = found["classes"]
     assert list(classes) == ["clean", *FAULTS] and found["domains"] == 2 and found["calls"] > 0
     assert classes["clean"] == {**classes["clean"], "tasks": 2, "refused": 0, "recall": None}
@@ -268,12 +271,13 @@ def test_the_author_fault_controls_count_each_class_and_show_what_a_blinded_revi
             verdict["leaks_ok"] = True
         return tables
 
-    none = author_fault_controls([], catalog, size=SMALL, seed=3)  # a run without training domains
+    # a run without training domains
+    none = author_fault_controls([], catalog, size=SMALL, seed=3, settings=SETTINGS)
     assert none["calls"] == 0 and list(none["classes"]) == list(classes)
     assert all((row["tasks"], row["recall"]) == (0, None) for row in none["classes"].values())
 
     monkeypatch.setattr(author_faults, "review_pack", blinded)
-    blind = author_fault_controls(domains, catalog, size=SMALL, seed=3)["classes"]
+    blind = author_fault_controls(domains, catalog, size=SMALL, seed=3, settings=SETTINGS)["classes"]
     assert blind["outcome_leaked"]["recall"] == blind["addressed"]["recall"] == 0.0
     assert blind["deliverable_missing"]["recall"] == blind["index_misplaced"]["recall"] == 1.0
 
@@ -283,10 +287,10 @@ def test_only_the_request_scope_reading_refuses_an_author_that_asks_beyond_the_c
     """The ``beyond_contract`` author's tasks pass every other review: with the request's scope
     unread, all of them are admitted; read, none is, and no clean paraphrase is refused."""
     domains = catalog.split("train")[:3]
-    read = author_fault_controls(domains, catalog, size=SMALL, seed=4)["classes"]
+    read = author_fault_controls(domains, catalog, size=SMALL, seed=4, settings=SETTINGS)["classes"]
     assert (read["beyond_contract"]["recall"], read["clean"]["refused"]) == (1.0, 0)
     monkeypatch.setattr(static, "scope_problems", lambda *_: [])
-    unread = author_fault_controls(domains, catalog, size=SMALL, seed=4)["classes"]
+    unread = author_fault_controls(domains, catalog, size=SMALL, seed=4, settings=SETTINGS)["classes"]
     assert (unread["beyond_contract"]["refused"], unread["beyond_contract"]["recall"]) == (0, 0.0)
 
 
@@ -370,8 +374,8 @@ def test_the_packs_and_review_stages_write_the_authors_tables_and_their_cost(cat
     from interlock.review.stage import run_model_critic
 
     with LoopbackServer(ServedAuthor(ScriptedAuthor({})), endpoints=1) as server:
-        generator = GeneratorConfig(name="llm", backend="openai", model="scripted-author", batch_tasks=2,
-                                    server=ServerConfig(base_urls=server.urls, max_retries=0))
+        generator = LLM.replace(model="scripted-author", batch_tasks=2,
+                                server=LLM.server.replace(base_urls=server.urls, max_retries=0))
         rows, critic_calls = run_model_critic(graphs_dir, packs_dir, generator, seed=0)
     assert {r["task_id"] for r in rows} == {g.task_id for g in graphs[1:]} and len(critic_calls) == 3
     assert agreement(rows, critic_calls)["answered"] == len(rows)
@@ -419,7 +423,8 @@ def test_the_scripted_author_serves_from_the_command_line(graph, catalog) -> Non
         evidence = {p: t for p, t in scripted_workspace(graph, catalog[graph.domain_id])[0].items()
                     if p in {n.attrs["path"] for n in graph.of_kind("evidence")}}
         messages = workspace_prompt(graph, catalog[graph.domain_id], evidence, ["REQUEST.md"], form, LIMITS)
-        backend = OpenAIBackend(f"http://127.0.0.1:{port}/v1", "scripted-author", max_retries=2, timeout_s=30)
+        backend = OpenAIBackend(f"http://127.0.0.1:{port}/v1", "scripted-author",
+                                **client_limits(max_retries=2, timeout_s=30))
         (reply,) = backend.complete([ChatRequest("k", messages, max_new_tokens=4096,
                                                  response_format=form.schema)])
         draft = form.parse(reply.text, LIMITS)

@@ -16,6 +16,7 @@ from interlock.models.gguf_export import GGUF_FILES, gguf_unsupported
 from interlock.models.llamacpp_backend import LlamaCppBackend
 from interlock.models.transformers_backend import TransformersBackend
 
+from helpers.config import defaults
 from helpers.conversations import (
     TOOLS,
     check_a_new_episode_borrows_the_shared_prefix,
@@ -183,11 +184,10 @@ def test_missing_pieces_are_clear_errors(tiny_checkpoint, tmp_path, monkeypatch)
 
 @needs_llama_cpp
 def test_the_config_selects_it(tiny_checkpoint):
-    from interlock.core.config import BackboneConfig
     from interlock.models.backends import make_backend
 
-    backbone = BackboneConfig(name="tiny", weights={"source": "tiny"}, backend="llamacpp", gguf="F32",
-                              dtype="float32", max_context=4096,
-                              generation={"temperature": 0.0, "max_new_tokens": 8})
+    backbone = defaults("backbone=tiny").backbone.replace(
+        backend="llamacpp", gguf="F32", max_context=4096,
+        generation={"temperature": 0.0, "max_new_tokens": 8})
     engine = make_backend(backbone, tiny_checkpoint)
     assert engine.name == "llamacpp" and engine.precision == "F32" and engine.max_context == 4096

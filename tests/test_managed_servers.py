@@ -23,7 +23,9 @@ from interlock.core.chat import Message
 from interlock.models.openai_backend import OpenAIBackend
 from interlock.models.serving import ManagedServer, ServedBackend, ServerExited, free_port
 
+from helpers.config import defaults
 from helpers.repo import REPO, command_timeout
+from helpers.servers import client_limits
 
 #: a server answering /health, that starts a child (its "engine") and writes both pids to a file;
 #: it exits on its own after ``die_after`` seconds when that is given
@@ -100,7 +102,8 @@ def test_a_managed_server_answers_and_stops_with_its_children(script, tmp_path) 
     server = managed(script, tmp_path).start()
     pids = read_pids(tmp_path / "pids")
     assert server.healthy() and all(alive(pid) for pid in pids)
-    with releasing(ServedBackend(OpenAIBackend(server.base_url, "m", max_retries=0), server)):
+    client = OpenAIBackend(server.base_url, "m", **client_limits(max_retries=0))
+    with releasing(ServedBackend(client, server)):
         pass
     assert gone(pids), "the server or its child outlived close()"
     assert not server.healthy()
@@ -121,7 +124,7 @@ def test_a_server_that_dies_under_the_stage_stops_it_naming_the_log(script, tmp_
     """A request that fails while the server is gone raises (the stage stops, and resumes when run
     again); the twin: the same failing request to a live server is an episode's server_error."""
     server = managed(script, tmp_path, die_after=3).start()
-    backend = ServedBackend(OpenAIBackend(server.base_url, "m", max_retries=0), server)
+    backend = ServedBackend(OpenAIBackend(server.base_url, "m", **client_limits(max_retries=0)), server)
     request = ChatRequest("k", (Message("user", "hi"),))
     deadline = time.monotonic() + command_timeout()
     while server.alive():
@@ -139,7 +142,7 @@ STAGE = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from interlock.models.serving import ManagedServer
     server = ManagedServer([sys.executable, {script!r}, sys.argv[1], {pids!r}, "0"], int(sys.argv[1]),
-                           {log!r}, name="test server")
+                           {log!r}, startup_s=600, name="test server")
     if sys.argv[2] == "plain":  # the twin: the same server without the manager's care
         import subprocess
         subprocess.Popen(server.command, start_new_session=True)
@@ -175,15 +178,15 @@ def test_a_stage_that_is_killed_takes_its_server_with_it(script, tmp_path, signu
 def test_serving_without_vllm_installed_says_how_to_install_it(tiny_checkpoint, monkeypatch) -> None:
     import importlib.util
 
-    from interlock.core.config import BackboneConfig, GenerationConfig
+    from interlock.core.config import GenerationConfig
     from interlock.core.errors import InterlockError
     from interlock.models.backends import make_backend
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "vllm" else real(name, *a))
-    backbone = BackboneConfig(name="tiny", weights={"source": "pretrained", "model": str(tiny_checkpoint)},
-                              backend="transformers", serve="vllm", dtype="float32", max_context=512,
-                              generation=GenerationConfig(temperature=0.0, max_new_tokens=8))
+    backbone = defaults("backbone=tiny").backbone.replace(
+        weights={"source": "pretrained", "model": str(tiny_checkpoint)}, serve="vllm", max_context=512,
+        generation=GenerationConfig(temperature=0.0, max_new_tokens=8))
     with pytest.raises(InterlockError, match="needs vLLM in this environment: `make vllm`"):
         make_backend(backbone, tiny_checkpoint)

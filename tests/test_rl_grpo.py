@@ -45,7 +45,7 @@ LIMITS = RolloutLimits(max_turns=SETTINGS.max_turns, max_new_tokens=48, temperat
 
 
 def _settings(**changes) -> GRPOSettings:
-    return GRPOSettings(SETTINGS.model_copy(update=changes), 5, LIMITS, "float32", 4096)
+    return GRPOSettings(SETTINGS.model_copy(update=changes), 5, LIMITS, "float32", 4096, 1.0)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,10 @@ from interlock.rollout.runs import scripted_rollouts
 from interlock.synthesis.tasks import TaskContext
 from interlock.training.sampling import allocate, choose_training_set, domain_order, run_sampling
 
+from helpers.config import defaults
+
+MASK = defaults().intervention.mask  # which turns a correction trains on, as conf/ declares it
+
 DOMAINS = [f"dom{i:02d}" for i in range(16)]
 #: the training-set columns of an accepted trajectory
 POLICY = {"source": "policy", "weight": 1.0, "loss_from_message": 0}
@@ -126,7 +130,7 @@ def tables(base_row, tmp_path_factory) -> tuple[Path, Path]:
 def test_run_sampling_writes_the_chosen_rows_whole(tables, tmp_path: Path) -> None:
     accepted, rollouts = tables
     out = tmp_path / "training_set" / "trajectories.parquet"
-    metrics = run_sampling(accepted, rollouts, out, breadth=4, trajectories=6, seed=1)
+    metrics = run_sampling(accepted, rollouts, out, breadth=4, trajectories=6, seed=1, mask=MASK)
     rows = read_rows(out, schemas.TRAINING_SET)
     source = {r["rollout_id"]: r for r in read_rows(accepted, schemas.TRAJECTORIES)}
     assert len(rows) == metrics["trajectories"] == 6
@@ -135,19 +139,19 @@ def test_run_sampling_writes_the_chosen_rows_whole(tables, tmp_path: Path) -> No
     assert metrics["domains"] == 4 and metrics["training_domains"] == 8 and metrics["accepted"] == len(source)
     assert sum(metrics["per_domain"].values()) == 6
     first = out.read_bytes()
-    run_sampling(accepted, rollouts, out, breadth=4, trajectories=6, seed=1)
+    run_sampling(accepted, rollouts, out, breadth=4, trajectories=6, seed=1, mask=MASK)
     assert out.read_bytes() == first  # deterministic: a re-run writes the same bytes
-    everything = run_sampling(accepted, rollouts, out, breadth=None, trajectories=None, seed=1)
+    everything = run_sampling(accepted, rollouts, out, breadth=None, trajectories=None, seed=1, mask=MASK)
     assert everything["trajectories"] == len(source) and everything["breadth"] is None
 
 
 def test_an_unfillable_breadth_leaves_the_previous_training_set_whole(tables, tmp_path: Path) -> None:
     accepted, rollouts = tables
     out = tmp_path / "trajectories.parquet"
-    run_sampling(accepted, rollouts, out, breadth=2, trajectories=2, seed=1)
+    run_sampling(accepted, rollouts, out, breadth=2, trajectories=2, seed=1, mask=MASK)
     before = out.read_bytes()
     with pytest.raises(InterlockError, match="cannot be filled"):
-        run_sampling(accepted, rollouts, out, breadth=8, trajectories=100, seed=1)
+        run_sampling(accepted, rollouts, out, breadth=8, trajectories=100, seed=1, mask=MASK)
     assert out.read_bytes() == before
 
 
@@ -226,7 +230,7 @@ def test_all_takes_every_kept_correction_after_the_accepted_rows(rti_tables, tmp
     assert {r["loss_from_message"] for r in read_rows(out, schemas.TRAINING_SET)} == {0}
     for missing in (None, tmp_path / "absent.parquet"):
         plain = run_sampling(accepted, rollouts, out, breadth=None, trajectories=None, seed=1,
-                             interventions=missing)
+                             interventions=missing, mask=MASK)
         assert plain["by_source"] == {"policy": 10, "rti": 0} and plain["domains"] == 5
 
 
@@ -234,7 +238,7 @@ def test_a_breadth_draws_from_both_sources_at_the_same_count(rti_tables, tmp_pat
     accepted, rollouts, interventions = rti_tables
     out = tmp_path / "trajectories.parquet"
     first = domain_order([f"dom{d}" for d in range(6)], seed=1)[0]
-    without = run_sampling(accepted, rollouts, out, breadth=3, trajectories=6, seed=1)
+    without = run_sampling(accepted, rollouts, out, breadth=3, trajectories=6, seed=1, mask=MASK)
     assert first not in without["per_domain"] and without["domains_made_trainable"] == 0
     with_rti = run_sampling(accepted, rollouts, out, breadth=3, trajectories=6, seed=1,
                             interventions=interventions, mask="corrected")
@@ -273,7 +277,7 @@ def test_an_inconsistent_correction_is_left_out_with_its_reason(base_row, tmp_pa
         write_table(tmp_path / "interventions.parquet", [row], schemas.INTERVENTIONS)
         metrics = run_sampling(tmp_path / "accepted.parquet", tmp_path / "rollouts.parquet",
                                tmp_path / "out.parquet", breadth=None, trajectories=None, seed=0,
-                               interventions=tmp_path / "interventions.parquet")
+                               interventions=tmp_path / "interventions.parquet", mask=MASK)
         bad = metrics["bad_rows"]
         assert bad["count"] == 1 and message in bad["examples"][0]["reason"], (message, bad)
         example = bad["examples"][0]

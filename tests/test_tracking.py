@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from interlock.core import runner
-from interlock.core.config import Params, TrackingConfig, load_params
+from interlock.core.config import Params, load_params
 from interlock.core.errors import InterlockError
 from interlock.core.runner import run_stage
 from interlock.core.tracking import (
@@ -37,6 +37,7 @@ from interlock.core.tracking import (
     wandb_dir,
 )
 
+from helpers.config import defaults
 from helpers.repo import command_timeout
 
 REPO = Path(__file__).resolve().parents[1]
@@ -191,7 +192,7 @@ def test_disabled_writes_nothing_and_never_imports_wandb(tmp_path):
 
 
 def test_mode_env_wins_over_config():
-    offline = TrackingConfig(name="offline", mode="offline", project="p")
+    offline = defaults().tracking.replace(project="p")
     assert tracking_mode(offline, {}) == "offline"
     assert tracking_mode(offline, {"WANDB_MODE": "online"}) == "online"
     assert tracking_mode(offline, {"WANDB_MODE": "dryrun"}) == "offline"
@@ -212,7 +213,7 @@ def test_repository_root_leaves_dvc_temp_workspaces(tmp_path):
 
 
 def test_wandb_dir_choices(tmp_path):
-    config = TrackingConfig(name="offline", mode="offline", project="p")
+    config = defaults().tracking.replace(project="p")
     repo = tmp_path / "repo"
     assert wandb_dir(config, repo, {}) == repo / "wandb"
     assert wandb_dir(config, repo, {"WANDB_DIR": str(tmp_path / "w")}) == tmp_path / "w" / "wandb"

@@ -28,7 +28,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (the gpu extra, or vll
 
 from interlock.core.backend import ChatRequest  # noqa: E402
 from interlock.core.chat import Message  # noqa: E402
-from interlock.core.config import BackboneConfig, GenerationConfig, ServerConfig  # noqa: E402
+from interlock.core.config import GenerationConfig  # noqa: E402
 from interlock.models.backends import make_backend  # noqa: E402
 from interlock.models.chat_template import prompt_token_ids  # noqa: E402
 from interlock.models.transformers_backend import TransformersBackend  # noqa: E402
@@ -43,6 +43,7 @@ from interlock.rollout.engine import (  # noqa: E402
 from interlock.rollout.runs import plan_episodes  # noqa: E402
 from interlock.synthesis.tasks import TaskContext  # noqa: E402
 
+from helpers.config import defaults  # noqa: E402
 from helpers.conversations import play  # noqa: E402
 from helpers.repo import command_timeout  # noqa: E402
 from helpers.servers import check_rollouts_through  # noqa: E402
@@ -137,11 +138,11 @@ def served(checkpoint):
     """vLLM's OpenAI-compatible server on loopback as a stage serves its checkpoint
     (``backbone.serve: vllm``): fp32, eager, the hermes tool-call parser for the project's
     ``<tool_call>`` format; the backend drives it through the openai client."""
-    backbone = BackboneConfig(name="tiny", weights={"source": "pretrained", "model": str(checkpoint)},
-                              backend="transformers", serve="vllm", dtype="float32",
-                              max_context=MAX_MODEL_LEN,
-                              generation=GenerationConfig(temperature=0.0, max_new_tokens=32),
-                              server=ServerConfig(max_in_flight=4, startup_s=command_timeout()))
+    backbone = defaults("backbone=tiny").backbone
+    backbone = backbone.replace(weights={"source": "pretrained", "model": str(checkpoint)}, serve="vllm",
+                                max_context=MAX_MODEL_LEN,
+                                generation=GenerationConfig(temperature=0.0, max_new_tokens=32),
+                                server=backbone.server.replace(max_in_flight=4, startup_s=command_timeout()))
     backend = make_backend(backbone, checkpoint)
     yield backend
     backend.close()

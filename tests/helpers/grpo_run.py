@@ -59,7 +59,8 @@ def main() -> None:
     callbacks = [KillAt(args.kill_at)] if args.kill_at else []
     with AgentJudge(episode=LIMITS.episode) as judge:
         metrics, rows = train_grpo(args.checkpoint, training_pool(), judge,
-                                   GRPOSettings(SETTINGS, 3, LIMITS, "float32", 4096), args.out, args.work,
+                                   GRPOSettings(SETTINGS, 3, LIMITS, "float32", 4096, max_grad_norm=1.0),
+                                   args.out, args.work,
                                    backend=ScriptedBackend("noisy", seed=3), callbacks=callbacks)
     print(json.dumps({"metrics": metrics, "rows": rows}))
 

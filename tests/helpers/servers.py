@@ -19,6 +19,7 @@ from interlock.rollout.runs import plan_episodes
 from interlock.rollout.trajectory import FINISH_REASONS
 from interlock.synthesis.tasks import TaskContext
 
+from helpers.config import defaults
 from helpers.repo import command_timeout
 
 
@@ -54,13 +55,18 @@ def vllm_processes_in(root: Path) -> list[str]:
     return found
 
 
+def client_limits(**changes) -> dict[str, int | float]:
+    """The openai client's limits as conf/ declares them (backbone.server), with ``changes``."""
+    return defaults().backbone.server.replace(**changes).client_limits()
+
+
 def check_rollouts_through(server: str, checkpoint, tasks, work) -> None:
     """Two tasks x two attempts through the server with the agent's tools, on both schedules of the
     engine; greedy, so a deterministic server gives the same records on both."""
     contexts = [TaskContext(p.task_id, p, g, d) for d, _, g, p in tasks[:2]]
     rows = {}
     for schedule in ("lockstep", "async"):
-        backend = OpenAIBackend(server, str(checkpoint), max_in_flight=4)
+        backend = OpenAIBackend(server, str(checkpoint), **client_limits(max_in_flight=4))
         episodes = plan_episodes(iter(contexts), policy="tiny/openai", attempts=2, seed=3)
         trajectories = list(run_episodes(episodes, backend, RolloutLimits(max_turns=2, max_new_tokens=12,
                                                                           temperature=0.0),

@@ -6,7 +6,7 @@ DVC composes ``conf/`` into ``params.yaml``; stages only read it (never ``@hydra
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -18,7 +18,14 @@ from interlock.core.types import POOLS, TaskSize
 
 
 class _Strict(BaseModel):
+    """A section of the parameters. Its fields have no defaults: ``conf/`` declares each value once
+    (:func:`default_params` reads them), and a model built in code names every field."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def replace(self, **changes: object) -> Self:
+        """A validated copy with these fields changed (the rest as they are)."""
+        return type(self).model_validate({**self.model_dump(), **changes})
 
 
 class TaskSizeConfig(_Strict):
@@ -95,7 +102,7 @@ class DomainsConfig(_Strict):
     number of trajectories (``scale.breadth_trajectories``) stratified across ``count`` domains."""
 
     name: str
-    count: int | None = Field(default=None, ge=1)
+    count: int | None = Field(ge=1)
 
 
 class JudgeConfig(_Strict):
@@ -150,22 +157,27 @@ class ServerConfig(_Strict):
 
     #: the servers' ``/v1`` addresses, spread by load; empty: ``$INTERLOCK_OPENAI_BASE_URL`` (one
     #: address, or several separated by commas)
-    base_urls: list[str] = []
-    max_in_flight: int = Field(default=64, ge=1)  # requests out at once, over all servers
-    max_retries: int = Field(default=5, ge=0)  # after timeouts, broken connections, 429 and 5xx answers
-    timeout_s: float = Field(default=600.0, gt=0)  # for one request, from connecting to the last byte
+    base_urls: list[str]
+    max_in_flight: int = Field(ge=1)  # requests out at once, over all servers
+    max_retries: int = Field(ge=0)  # after timeouts, broken connections, 429 and 5xx answers
+    timeout_s: float = Field(gt=0)  # for one request, from connecting to the last byte
     #: where the stage manages its own server (``serve: vllm``): how it is laid out over the GPUs
     #: (ignored on a CPU), and how long it may take to answer its health check
-    data_parallel_size: int = Field(default=1, ge=1)
-    tensor_parallel_size: int = Field(default=1, ge=1)
-    startup_s: float = Field(default=900.0, gt=0)
+    data_parallel_size: int = Field(ge=1)
+    tensor_parallel_size: int = Field(ge=1)
+    startup_s: float = Field(gt=0)
+
+    def client_limits(self) -> dict[str, int | float]:
+        """The keywords :class:`~interlock.models.openai_backend.OpenAIBackend` takes from here."""
+        return {"max_in_flight": self.max_in_flight, "max_retries": self.max_retries,
+                "timeout_s": self.timeout_s}
 
 
 class TinyWeights(_Strict):
     """A randomly initialised Llama whose tokenizer is trained on the task text (no download)."""
 
     source: Literal["tiny"]
-    architecture: dict[str, int | float] = {}  # model shape and tokenizer vocabulary (interlock.models.tiny)
+    architecture: dict[str, int | float]  # model shape and tokenizer vocabulary (interlock.models.tiny)
 
 
 class GgufWheelWeights(_Strict):
@@ -195,14 +207,14 @@ class BackboneConfig(_Strict):
     weights: Weights
     backend: str  # a backend registered in interlock.models (interlock.core.registry.BACKENDS)
     dtype: Literal["auto", "float32", "bfloat16", "float16"]  # auto: measured (interlock.models.dtype)
-    gguf: Literal["F32", "Q8_0"] = "Q8_0"  # llamacpp: which of the checkpoint's GGUF files it serves
+    gguf: Literal["F32", "Q8_0"]  # llamacpp: which of the checkpoint's GGUF files it serves
     max_context: int = Field(ge=16)
     generation: GenerationConfig
-    server: ServerConfig = ServerConfig()  # openai: the servers and the client's limits
+    server: ServerConfig  # openai: the servers and the client's limits
     #: ``vllm``: each stage that decodes serves its checkpoint itself (``vllm serve`` on loopback,
     #: driven through the openai backend, stopped with the stage: interlock.models.serving); the
     #: ``backend`` then does not apply. ``none``: ``backend`` runs the checkpoint
-    serve: Literal["none", "vllm"] = "none"
+    serve: Literal["none", "vllm"]
 
     def builder(self) -> str:
         """The registered backend that builds this backbone's: the stage's own server where
@@ -237,7 +249,7 @@ class OptimizationConfig(_Strict):
     warmup_steps: int = Field(ge=0)
     weight_decay: float = Field(ge=0)
     max_grad_norm: float = Field(gt=0)
-    lora: LoraConfig | None = None
+    lora: LoraConfig | None  # None: full fine-tuning
 
 
 #: what an RL episode earns (:func:`interlock.rl.reward.episode_reward`)
@@ -359,8 +371,8 @@ class SynthesisConfig(_Strict):
 class PriceConfig(_Strict):
     """What a model's tokens cost, in US dollars per million, for the cost of a task."""
 
-    prompt: float = Field(default=0.0, ge=0)
-    completion: float = Field(default=0.0, ge=0)
+    prompt: float = Field(ge=0)
+    completion: float = Field(ge=0)
 
 
 class GeneratorConfig(_Strict):
@@ -369,21 +381,22 @@ class GeneratorConfig(_Strict):
     the contract, the checks and the reference stay compiled from the graph)."""
 
     name: Literal["template", "llm"]
-    backend: str | None = None  # llm: a backend registered in interlock.models (openai for any server)
+    backend: str | None  # llm: a backend registered in interlock.models (openai for any server)
     #: llm: the model: the checkpoint folder of a local backend, or the name a server knows it by
-    model: str | None = None
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"  # local torch backends
-    max_context: int = Field(default=8192, ge=16)
-    temperature: float = Field(default=0.7, ge=0)
-    max_new_tokens: int = Field(default=4096, ge=1)  # per reply
-    max_attempts: int = Field(default=3, ge=1)  # replies per task and author before the task is rejected
-    batch_tasks: int = Field(default=16, ge=1)  # tasks whose authors are asked together
+    model: str | None
+    dtype: Literal["auto", "float32", "bfloat16", "float16"]  # local torch backends
+    gguf: Literal["F32", "Q8_0"]  # llamacpp: which of the checkpoint's GGUF files it serves
+    max_context: int = Field(ge=16)
+    temperature: float = Field(ge=0)
+    max_new_tokens: int = Field(ge=1)  # per reply
+    max_attempts: int = Field(ge=1)  # replies per task and author before the task is rejected
+    batch_tasks: int = Field(ge=1)  # tasks whose authors are asked together
     #: llm: also ask the model, as a critic, whether the public material supports each criterion
     #: (reported beside the reading critic's answers, never gating: interlock.review.model_critic)
-    model_critic: bool = True
-    server: ServerConfig = ServerConfig()  # openai: the servers and the client's limits
-    serve: Literal["none", "vllm"] = "none"  # vllm: the stage serves generator.model (as backbone.serve)
-    price_per_mtok: PriceConfig = PriceConfig()
+    model_critic: bool
+    server: ServerConfig  # openai: the servers and the client's limits
+    serve: Literal["none", "vllm"]  # vllm: the stage serves generator.model (as backbone.serve)
+    price_per_mtok: PriceConfig
 
     @model_validator(mode="after")
     def _llm_names_its_model(self) -> GeneratorConfig:
@@ -401,9 +414,9 @@ class TrackingConfig(_Strict):
     name: str
     mode: Literal["offline", "online", "disabled"]
     project: str
-    entity: str | None = None
-    group: str | None = None  # null: $DVC_EXP_NAME, else "workspace"
-    dir: str | None = None  # null: <repository root>/wandb
+    entity: str | None
+    group: str | None  # null: $DVC_EXP_NAME, else "workspace"
+    dir: str | None  # null: <repository root>/wandb
 
 
 class Params(BaseModel):
@@ -423,7 +436,7 @@ class Params(BaseModel):
     tracking: TrackingConfig
     intervention: InterventionConfig
     synthesis: SynthesisConfig
-    generator: GeneratorConfig = GeneratorConfig(name="template")
+    generator: GeneratorConfig
 
     @model_validator(mode="after")
     def _breadth_fits_the_scale(self) -> Params:
@@ -449,6 +462,16 @@ def load_params(path: Path | str = "params.yaml") -> Params:
     except InterlockError as exc:
         item = "scale.task_size" if exc.item == "task_size" else exc.item
         raise InterlockError(exc.reason, file=str(path), item=item, field=exc.field) from None
+
+
+#: the configuration a clone of the repository composes (``conf/`` beside ``src/``)
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+
+
+def default_params(overrides: list[str] | None = None, conf_dir: Path | str = CONF_DIR) -> Params:
+    """The composed configuration, validated: where code outside a stage (tests, benchmarks, a
+    notebook) gets the defaults ``conf/`` declares, instead of writing them again."""
+    return Params.model_validate(compose_params(conf_dir, overrides))
 
 
 def compose_params(conf_dir: Path | str = "conf", overrides: list[str] | None = None) -> dict:

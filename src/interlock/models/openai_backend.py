@@ -127,8 +127,8 @@ class _BadReply(Exception):
 class OpenAIBackend:
     name = "openai"
 
-    def __init__(self, base_urls: str | Sequence[str], model: str, *, max_in_flight: int = 64,
-                 max_retries: int = 5, timeout_s: float = 600.0, backoff_s: float = 0.5,
+    def __init__(self, base_urls: str | Sequence[str], model: str, *, max_in_flight: int,
+                 max_retries: int, timeout_s: float, backoff_s: float = 0.5,
                  max_backoff_s: float = 30.0, api_key_env: str = "OPENAI_API_KEY") -> None:
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
@@ -336,5 +336,4 @@ def build(backbone: BackboneConfig, checkpoint: Path) -> OpenAIBackend:
         raise InterlockError(f"set backbone.server.base_urls, or {OPENAI_URL_ENV}, to the servers' "
                              f"/v1 addresses (they must serve {checkpoint})",
                              field="backbone.server.base_urls")
-    return OpenAIBackend(urls, str(checkpoint), max_in_flight=server.max_in_flight,
-                         max_retries=server.max_retries, timeout_s=server.timeout_s)
+    return OpenAIBackend(urls, str(checkpoint), **server.client_limits())

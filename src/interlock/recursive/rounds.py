@@ -20,6 +20,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from interlock.core.types import POOLS
 from interlock.recursive.operators import OPERATORS, NotApplicable, Operator
 from interlock.recursive.similarity import SimilarityIndex, TaskSignature, task_signature
 from interlock.recursive.validation import Checked, Task, compile_task, validate
+
+if TYPE_CHECKING:
+    from interlock.core.config import SynthesisConfig
 from interlock.synthesis.blueprints import Blueprint
 from interlock.synthesis.catalog import Catalog
 
@@ -51,11 +55,17 @@ class RoundsConfig:
 
     rounds: int
     candidates: int
-    sampler: str = "uniform"
-    operators: tuple[str, ...] = tuple(OPERATORS)
-    novelty_power: float = 2.0
-    seed: int = 0
-    similarity_threshold: float = 0.95
+    sampler: str
+    operators: tuple[str, ...]
+    novelty_power: float
+    seed: int
+    similarity_threshold: float
+
+    @classmethod
+    def of(cls, config: SynthesisConfig, sampler: str, seed: int) -> RoundsConfig:
+        """The rounds ``synthesis`` sets, growing with ``sampler`` (its own, or ``compare_with``)."""
+        return cls(config.rounds, config.candidates, sampler, tuple(config.operators), config.novelty_power,
+                   seed, config.similarity_threshold)
 
     @property
     def gate(self) -> float | None:

@@ -111,7 +111,8 @@ def run_grow(paths: Paths, catalog: Catalog | None, config: SynthesisConfig, see
             write_row_groups(grown / "rejections.parquet", schemas.RST_REJECTIONS) as rejections, \
             task_progress(total, f"grow ({config.sampler})") as bar:
         pool = Pool(catalog, seeds, taken)
-        for report, outcomes in grow_rounds(pool, _rounds(config, config.sampler, seed), progress=bar.update):
+        rounds = RoundsConfig.of(config, config.sampler, seed)
+        for report, outcomes in grow_rounds(pool, rounds, progress=bar.update):
             rows = _children(outcomes)
             blueprints.write(rows["blueprints"])
             graphs.write(rows["graphs"])
@@ -125,7 +126,7 @@ def run_grow(paths: Paths, catalog: Catalog | None, config: SynthesisConfig, see
     if config.compare_with and config.rounds:
         other = Pool(catalog, seeds, taken)
         with task_progress(total, f"grow ({config.compare_with}, report only)") as bar:
-            rounds = _rounds(config, config.compare_with, seed)
+            rounds = RoundsConfig.of(config, config.compare_with, seed)
             for report, _ in grow_rounds(other, rounds, progress=bar.update):
                 seconds.append(round(report.seconds / report.candidates, 4) if report.candidates else 0.0)
                 round_rows.append(round_row(config.compare_with, report, len(other.members),
@@ -140,11 +141,6 @@ def run_grow(paths: Paths, catalog: Catalog | None, config: SynthesisConfig, see
             "tail_share": {r["sampler"]: r["tail_share"] for r in round_rows if r["round"] == config.rounds},
             "by_round": [{**{k: r[k] for k in BY_ROUND}, "seconds_per_candidate": t}
                          for r, t in zip(round_rows, seconds, strict=True)]}
-
-
-def _rounds(config: SynthesisConfig, sampler: str, seed: int) -> RoundsConfig:
-    return RoundsConfig(config.rounds, config.candidates, sampler, tuple(config.operators),
-                        config.novelty_power, seed, config.similarity_threshold)
 
 
 def grow(params: Params, paths: Paths) -> StageReport:

@@ -69,13 +69,14 @@ def in_process(author: ScriptedAuthor) -> AbstractContextManager[ChatBackend]:
 
 
 def write_with_faults(graphs: dict[tuple[str, str], CompletionGraph], catalog: Catalog,
+                      settings: AuthorSettings,
                       serve: Callable[[ScriptedAuthor], AbstractContextManager[ChatBackend]] = in_process
                       ) -> FaultRun:
     """Have the scripted author write every graph, making its class's mistake, through the
     backend ``serve`` puts it behind (in-process by default)."""
     faults = {g.task_id: name for (name, _), g in graphs.items() if name != "clean"}
     with serve(ScriptedAuthor(faults, case_outcomes(graphs.values()))) as backend:
-        made, calls = author_packs(list(graphs.values()), catalog, backend, AuthorSettings())
+        made, calls = author_packs(list(graphs.values()), catalog, backend, settings)
     return FaultRun(graphs, dict(zip(graphs, made, strict=True)), len(calls))
 
 
@@ -112,7 +113,9 @@ def fault_table(run: FaultRun, catalog: Catalog) -> dict[str, dict]:
     return rows
 
 
-def author_fault_controls(domains: list[Domain], catalog: Catalog, *, size: TaskSize, seed: int) -> dict:
-    """The controls over ``domains``: the table of :func:`fault_table`, and the calls taken."""
-    run = write_with_faults(fault_graphs(domains, size, seed), catalog)
+def author_fault_controls(domains: list[Domain], catalog: Catalog, *, size: TaskSize, seed: int,
+                          settings: AuthorSettings) -> dict:
+    """The controls over ``domains``: the table of :func:`fault_table`, and the calls taken (the
+    scripted author asked as ``settings`` say, the generator's)."""
+    run = write_with_faults(fault_graphs(domains, size, seed), catalog, settings)
     return {"domains": len(domains), "calls": run.calls, "classes": fault_table(run, catalog)}

@@ -130,7 +130,7 @@ def review(params: Params, paths: Paths) -> StageReport:
               f"({counts['validation_passed']} validation rollouts passed)")
     summary["author_faults"] = faults = author_fault_controls(
         training_domains(paths.graphs, catalog), catalog, size=params.scale.task_size.build(),
-        seed=params.seed)
+        seed=params.seed, settings=settings_of(params.generator, params.seed))
     missed = {name: row["tasks"] - row["by_review"] for name, row in faults["classes"].items()
               if name != "clean" and row["by_review"] < row["tasks"]}
     print(f"review: author-fault controls over {faults['domains']} training domains: "

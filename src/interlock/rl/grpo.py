@@ -57,7 +57,7 @@ class GRPOSettings:
     limits: RolloutLimits  # the episodes' rules and sampling (max_turns is ``rl.max_turns``)
     compute_dtype: str  # bfloat16: autocast over fp32 weights, where this machine measured it faster
     max_context: int
-    max_grad_norm: float = 1.0
+    max_grad_norm: float
 
 
 class StepLog:

@@ -34,7 +34,7 @@ class ServedAuthor:
 
 
 @contextmanager
-def served(author: ScriptedAuthor, *, max_in_flight: int = 16,
+def served(author: ScriptedAuthor, *, max_in_flight: int,
            timeout_s: float = 120) -> Iterator[OpenAIBackend]:
     """The ``openai`` backend against ``author`` on a loopback server, for as long as the block runs."""
     with LoopbackServer(ServedAuthor(author), endpoints=1, max_seconds=3600) as server:

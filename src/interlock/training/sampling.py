@@ -224,7 +224,7 @@ def _correction(row: dict, corrected: dict | InterlockError, rolled_out: set[str
 
 def run_sampling(accepted: Path, rollouts: Path, out: Path, *, breadth: int | None,
                  trajectories: int | None, seed: int, interventions: Path | None = None,
-                 mask: str = "corrected") -> dict:
+                 mask: str) -> dict:
     """Write the training set (TRAINING_SET schema: the chosen accepted rows in the accepted table's
     order, then the chosen kept corrections by rollout id); return its metrics.
 

@@ -31,9 +31,9 @@ ECHO_CHARS = 2_000
 class AuthorSettings:
     """How the authors are asked (``generator`` in params.yaml)."""
 
-    temperature: float = 0.7
-    max_new_tokens: int = 4_096
-    max_attempts: int = 3  # replies per task and role, the first included
+    temperature: float
+    max_new_tokens: int
+    max_attempts: int  # replies per task and role, the first included
     seed: int = 0
     limits: Limits = Limits()
 
@@ -149,7 +149,7 @@ def author_backend(generator: GeneratorConfig) -> ChatBackend:
         raise InterlockError(f"{model} is no checkpoint folder (no config.json); name one, such as "
                              "data/models/base after `dvc repro base_model`", field="generator.model")
     backbone = BackboneConfig(name="generator", weights={"source": "pretrained", "model": str(model)},
-                              backend=str(generator.backend), dtype=generator.dtype,
+                              backend=str(generator.backend), dtype=generator.dtype, gguf=generator.gguf,
                               max_context=generator.max_context, server=generator.server,
                               serve=generator.serve,
                               generation=GenerationConfig(temperature=generator.temperature,
