@@ -165,7 +165,7 @@ def training(checkpoint: Path, info: dict, work: Path) -> dict:
     examples = [Example(f"e{i}", tuple(ids), tuple([False] * 200 + [True] * (len(ids) - 200)))
                 for i in range(32)]
     recipe = Recipe(epochs=1, learning_rate=1e-5, batch_tokens=4096, gradient_accumulation=1, warmup_steps=0,
-                    weight_decay=0.0, max_grad_norm=1.0, seed=0)
+                    weight_decay=0.0, max_grad_norm=1.0, lora=None, seed=0)
     torch.cuda.reset_peak_memory_stats()
     result = fine_tune(checkpoint, ExampleSet(examples, [], []), recipe, work / "trained", name="check",
                        max_context=4096, compute_dtype="bfloat16" if info.get("bf16") else "float32")

@@ -351,7 +351,7 @@ def fine_tune_examples(checkpoint: Path, examples: list, out: Path, *, batch_tok
     from interlock.training.trainer import fine_tune, step_plan
 
     recipe = Recipe(epochs=1, batch_tokens=batch_tokens, gradient_accumulation=gradient_accumulation,
-                    **common)
+                    lora=None, **common)  # full fine-tuning, as the baseline
     rows = [row for step in step_plan([len(e) for e in examples], recipe, 0) for row in step]
     result = fine_tune(checkpoint, ExampleSet(list(examples), [], []), recipe, out, name="benchmark",
                        max_context=max_context)

@@ -4,6 +4,7 @@ backbone, each built once."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from interlock.core.config import write_params
 from interlock.judging.agent import AgentJudge
@@ -19,6 +21,15 @@ from interlock.synthesis.tasks import TaskContext
 
 from helpers.repo import SMOKE, command_timeout, commit, dvc, tracked_copy, tree_digest
 from helpers.tasks import contexts_of, fixture_tasks
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest-xdist's workers share the cores: each takes its share of threads for torch and
+    OpenMP (and so do the commands it starts), instead of every worker spinning one on every core.
+    Set before anything imports torch (nothing above does)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers:
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // workers)))
 
 
 @pytest.fixture(scope="session")
@@ -95,19 +106,33 @@ def smollm2_tokenizer(tmp_path_factory):
     return tokenizer
 
 
+def shared_dir(tmp_path_factory, worker_id: str) -> Path:
+    """A folder every worker of this test session sees: the session's own temporary folder, whose
+    parent pytest-xdist's workers share (``-n``); without workers, the session's folder itself."""
+    base = tmp_path_factory.getbasetemp()
+    return base if worker_id == "master" else base.parent
+
+
 @pytest.fixture(scope="session")
-def smoke_repo(tmp_path_factory) -> Iterator[Path]:
+def smoke_repo(tmp_path_factory, worker_id: str) -> Iterator[Path]:
     """A clean copy of the repository at the smoke experiment, after one `dvc repro`: the pipeline
-    runs once per test session and every test that needs its artifacts shares it. Its evaluation
-    adds the opt-in BFCL pool, so the adapter runs end to end, BFCL's checker included.
+    runs once per test session, whatever the number of workers (the first to ask builds it under a
+    file lock, the others wait and share it), and every test that needs its artifacts shares it.
+    Its evaluation adds the opt-in BFCL pool, so the adapter runs end to end, BFCL's checker included.
 
     It is read-only: a test that changes anything works on :func:`smoke_copy`. At the end of the
-    session every file is checked to be as the run left it."""
-    root = tracked_copy(tmp_path_factory.mktemp("smoke") / "repo")
-    write_params(root / "conf", root / "params.yaml", list(SMOKE))
-    commit(root, "smoke")
-    dvc("repro", cwd=root)
-    before = tree_digest(root)
+    session (of each worker) every file is checked to be as the run left it."""
+    shared = shared_dir(tmp_path_factory, worker_id)
+    root, built = shared / "smoke" / "repo", shared / "smoke" / "digest.json"
+    with FileLock(shared / "smoke.lock"):
+        if not built.exists():
+            shutil.rmtree(root.parent, ignore_errors=True)  # what a worker that failed midway left
+            tracked_copy(root)
+            write_params(root / "conf", root / "params.yaml", list(SMOKE))
+            commit(root, "smoke")
+            dvc("repro", cwd=root)
+            built.write_text(json.dumps(tree_digest(root)), encoding="utf-8")
+    before = json.loads(built.read_text(encoding="utf-8"))
     yield root
     changed = sorted(set(before.items()) ^ set(tree_digest(root).items()))
     assert not changed, f"a test changed the shared smoke run (use smoke_copy): {changed[:5]}"

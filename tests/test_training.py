@@ -52,7 +52,7 @@ from helpers.repo import command_timeout
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = Recipe(epochs=2, learning_rate=3e-3, batch_tokens=4096, gradient_accumulation=1, warmup_steps=0,
-                weight_decay=0.0, max_grad_norm=1.0, seed=11)
+                weight_decay=0.0, max_grad_norm=1.0, lora=None, seed=11)
 
 
 @pytest.fixture(scope="module")
