@@ -12,7 +12,7 @@ Two parts, on the checkpoints of a finished default run (``make repro``):
    reference solution's turns) through every side; the share of completions identical to the
    reference side's.
 2. **The default run's rollouts and evaluation** through every side: the starting policy
-   (``scale.rollouts.policy``) on the admitted ``rft`` tasks with the rollouts stage's attempts, and
+   (``solver.start``) on the admitted ``rft`` tasks with the rollouts stage's attempts, and
    on the held-out ``benchmark`` pool with the evaluation's, graded by the agent judge's compiled
    checks, as the ``rollouts``/``accept`` and ``evaluate`` stages do. Per side and part: passed
    episodes and the pass rate with its 95% interval, the paired difference against the reference,
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     for spec, reason in skipped.items():
         print(f"skipped {spec}: {reason}", flush=True)
     sides = {spec: backbone for spec, backbone in backbones.items() if spec not in skipped}
-    checkpoint = paths.model(params.scale.rollouts.policy)
+    checkpoint = paths.model(params.solver.start)
     if not (checkpoint / "config.json").is_file():
         raise SystemExit(f"no checkpoint at {checkpoint}: run `make repro` first")
     with tempfile.TemporaryDirectory(prefix="interlock-gguf-") as scratch:

@@ -61,8 +61,9 @@ def swept(smoke_repo, tmp_path_factory) -> Iterator[Path]:
     # scale).
     # Recursive synthesis as the smoke run has it, so the grown pool and the rollouts are the smoke
     # run's (DVC's run cache): a sweep starts after the rollouts.
-    sweeps = (("domains=d2,d4", ("judge=text", "synthesis=rst"), "breadth"),
-              ("judge=agent,text", ("domains=d2", "scale.breadth_trajectories=2", "synthesis=rst"), "judge"))
+    sweeps = (("domains.count=2,4", ("judge=text", "synthesis=rst"), "breadth"),
+              ("judge=agent,text", ("domains.count=2", "scale.breadth_trajectories=2", "synthesis=rst"),
+               "judge"))
     for sweep, fixed, group in sweeps:  # each sweep queues one experiment per value
         _dvc(repo, "exp", "run", "--queue", "-S", "experiment=smoke", "-S", sweep,
              *(arg for setting in fixed for arg in ("-S", setting)), "-S", f"tracking.group={group}")

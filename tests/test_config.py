@@ -28,13 +28,16 @@ CONF = ROOT / "conf"
 PARAMS = ROOT / "params.yaml"
 
 SCALE_TRAIN_DOMAINS = {"smoke": 4, "default": 16, "paper": 128}
-DOMAIN_OPTIONS = ["d2", "d4", "d8", "d16", "d32", "d64", "d128"]
+BREADTHS = [2, 4, 8, 16, 32, 64, 128]  # domains.count: the breadth ablation's levels
 JUDGE_OPTIONS = ["agent", "text"]
 #: backbone option -> its source
 BACKBONE_SOURCES = {"tiny": "tiny", "smollm2": "gguf_wheel", "hub": "pretrained"}
 #: experiment -> the choices it presets: (scale, backbone, RFT seeds)
-EXPERIMENTS = {"default": ("default", "smollm2", 2), "smoke": ("smoke", "tiny", 3),
-               "paper": ("paper", "hub", 3)}
+#: experiment -> its scale, backbone, RFT seeds, and the method choices it makes
+EXPERIMENTS = {"default": ("default", "smollm2", 2, {}),
+               "smoke": ("smoke", "tiny", 3, {"solver.rollouts": "noisy"}),
+               "paper": ("paper", "hub", 3, {"solver.start": "base", "solver.validation": "model",
+                                             "judge.backend": "model"})}
 
 
 def compose_config(overrides: list[str] | None = None) -> dict:
@@ -63,9 +66,8 @@ def test_scale_options_are_the_expected_ones() -> None:
     assert _options("scale") == sorted(SCALE_TRAIN_DOMAINS)
 
 
-def test_domains_options_are_the_expected_ones() -> None:
-    assert _options("domains") == sorted([*DOMAIN_OPTIONS, "all"])
-    assert compose_config()["domains"] == {"name": "all", "count": None}
+def test_the_default_trains_on_every_accepted_trajectory() -> None:
+    assert compose_config()["domains"] == {"count": None}
 
 
 @pytest.mark.parametrize("option", sorted(SCALE_TRAIN_DOMAINS))
@@ -97,27 +99,25 @@ def test_each_scale_sizes_the_indist_pool_and_none_may_leave_it_out(option: str,
         Params.model_validate(cfg)
 
 
-@pytest.mark.parametrize("option", DOMAIN_OPTIONS)
-def test_domains_option_composes(option: str) -> None:
-    cfg = compose_config([f"domains={option}"])
-    assert cfg["domains"]["name"] == option
-    assert cfg["domains"]["count"] == int(re.fullmatch(r"d(\d+)", option).group(1))
+@pytest.mark.parametrize("count", BREADTHS)
+def test_a_breadth_composes(count: int) -> None:
+    cfg = compose_config([f"domains.count={count}"])
+    assert cfg["domains"] == {"count": count}
     # `domains` must not change anything the synthesis stages read.
     assert cfg["scale"] == compose_config()["scale"]
 
 
-@pytest.mark.parametrize(("scale", "valid"), [("smoke", ["d2", "d4"]),
-                                               ("default", ["d2", "d4", "d8", "d16"]),
-                                               ("paper", DOMAIN_OPTIONS)])
+@pytest.mark.parametrize(("scale", "valid"), [("smoke", [2, 4]), ("default", [2, 4, 8, 16]),
+                                               ("paper", BREADTHS)])
 def test_a_breadth_is_valid_only_where_the_scale_has_that_many_training_domains(
-        scale: str, valid: list[str], tmp_path: Path) -> None:
-    for option in DOMAIN_OPTIONS:
-        path = tmp_path / f"{scale}-{option}.yaml"
-        write_params(CONF, path, [f"scale={scale}", f"domains={option}"])
-        if option in valid:
-            assert load_params(path).domains.count == int(option[1:])
+        scale: str, valid: list[int], tmp_path: Path) -> None:
+    for count in BREADTHS:
+        path = tmp_path / f"{scale}-{count}.yaml"
+        write_params(CONF, path, [f"scale={scale}", f"domains.count={count}"])
+        if count in valid:
+            assert load_params(path).domains.count == count
         else:
-            expected = rf"breadth {option} needs .* scale {scale} has"
+            expected = rf"breadth d{count} needs .* scale {scale} has"
             with pytest.raises(InterlockError, match=expected) as error:
                 load_params(path)
             assert error.value.field == "domains.count" and error.value.file == str(path)
@@ -125,7 +125,7 @@ def test_a_breadth_is_valid_only_where_the_scale_has_that_many_training_domains(
 
 def test_judge_options_are_the_expected_ones() -> None:
     assert _options("judge") == JUDGE_OPTIONS
-    assert compose_config()["judge"] == {"name": "agent", "graders": ["agent", "text"]}
+    assert compose_config()["judge"] == {"name": "agent", "graders": ["agent", "text"], "backend": "scripted"}
 
 
 @pytest.mark.parametrize("option", JUDGE_OPTIONS)
@@ -154,7 +154,7 @@ def test_only_accept_depends_on_the_judge_choice() -> None:
     ({"name": "text", "graders": ["text"]}, "must include the agent judge")])
 def test_a_judge_choice_is_checked_against_the_registered_judges(judge: dict, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
-        Params.model_validate({**compose_config(), "judge": judge})
+        Params.model_validate({**compose_config(), "judge": {**judge, "backend": "scripted"}})
 
 
 def test_backbone_options_are_the_expected_ones() -> None:
@@ -193,12 +193,17 @@ def test_each_experiment_presets_scale_backbone_and_seeds(experiment: str) -> No
     """Presets that set several groups at once are experiments, not side effects of a size."""
     cfg = compose_config([f"experiment={experiment}"])
     assert cfg["experiment"] == experiment
-    scale, backbone, seeds = EXPERIMENTS[experiment]
+    scale, backbone, seeds, choices = EXPERIMENTS[experiment]
     assert (cfg["scale"]["name"], cfg["backbone"]["name"], cfg["train"]["seeds"]) == (
         scale, backbone, seeds)
+    assert {key: cfg[key.split(".")[0]][key.split(".")[1]] for key in choices} == choices
     # and nothing else: every other group stays at its default
     default = compose_config()
-    preset = {"experiment", "scale", "backbone", "train"}
+    preset = {"experiment", "scale", "backbone", "train", *(key.split(".")[0] for key in choices)}
+    for key in choices:  # the rest of a group a choice is made in
+        group, name = key.split(".")
+        assert {k: v for k, v in cfg[group].items() if f"{group}.{k}" not in choices} == {
+            k: v for k, v in default[group].items() if f"{group}.{k}" not in choices}, name
     assert {k: v for k, v in cfg.items() if k not in preset} == {
         k: v for k, v in default.items() if k not in preset}
     assert {k: v for k, v in cfg["train"].items() if k != "seeds"} == {

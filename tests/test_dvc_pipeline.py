@@ -112,12 +112,11 @@ def test_switching_the_synthesis_reaches_only_grow_before_it_runs(smoke_copy) ->
 
 # ----------------------------------------------------------------------------- the paper's choices
 
-#: the choices the paper scale makes that the smoke scale does not: who rolls out and validates
-#: (the starting policy, here the base checkpoint), and model-backed judging
+#: the choices the paper experiment makes that the smoke one does not: who starts RFT (the base
+#: checkpoint), who rolls out and validates (the model), and model-backed judging; and
 #: rollout-time intervention's critic and corrector as models too (the tiny backbone)
 MODEL_ROLES = ("intervention.critic=model", "intervention.corrector=model")
-PAPER_CHOICES = ("scale.rollouts.policy", "scale.rollouts.solver", "scale.validation.solver",
-                 "scale.judging.backend")
+PAPER_CHOICES = ("solver.start", "solver.rollouts", "solver.validation", "judge.backend")
 
 
 def _get(config: dict, key: str):
@@ -127,7 +126,7 @@ def _get(config: dict, key: str):
 
 
 def _paper_choices() -> list[str]:
-    paper = compose_params(REPO / "conf", ["scale=paper"])
+    paper = compose_params(REPO / "conf", ["experiment=paper"])
     return [f"{key}={_get(paper, key)}" for key in PAPER_CHOICES]
 
 
@@ -152,7 +151,7 @@ def test_every_stage_runs_under_its_declared_params_with_the_paper_choices(paper
     # each choice re-runs the stages that declare it, and each of those ran to the end
     assert {"review", "rollouts", "judge", "train"} <= set(ran)
     params = load_params(root / "params.yaml")
-    assert params.scale.judging.backend == "model" and params.scale.rollouts.solver == "policy"
+    assert params.judge.backend == "model" and params.solver.rollouts == "model"
     judged = json.loads(params.paths.under(root).metrics_of("judge").read_text())
     assert judged["rollouts"]["backends"]["agent"] != "scripted"
     rollouts = json.loads(params.paths.under(root).metrics_of("rollouts").read_text())
@@ -201,7 +200,7 @@ COMPARISON = ("dvc exp show --drop '.*' --keep "
 def test_the_comparison_command_shows_the_headline_and_the_sweep_choices(smoke_repo) -> None:
     args = shlex.split(COMPARISON)[1:] + ["--csv"]
     header = dvc(*args, cwd=smoke_repo, stdout_only=True).splitlines()[0].split(",")
-    assert header[0] == "Experiment" and {"domains.name", "judge.name", "experiment"} <= set(header)
+    assert header[0] == "Experiment" and {"domains.count", "judge.name", "experiment"} <= set(header)
     metrics = [c for c in header if c.startswith(("benchmark.", "indist.", "bfcl."))]
     assert {f"{pool}.rft.{metric}" for pool in ("benchmark", "indist")
             for metric in ("pass_rate", "pass_rate_delta")} <= set(metrics)

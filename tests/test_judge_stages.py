@@ -82,7 +82,8 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 def _paths(root: Path, overrides: list[str]) -> Paths:
     """Write ``root/params.yaml`` (the smoke experiment at breadth d4, an attempt per solver of
     the pool, and ``overrides``); its paths under ``root``."""
-    overrides = ["experiment=smoke", "domains=d4", f"scale.rollouts.attempts={len(POLICIES)}", *overrides]
+    overrides = ["experiment=smoke", "domains.count=4", f"scale.rollouts.attempts={len(POLICIES)}",
+                 *overrides]
     write_params(REPO / "conf", root / "params.yaml", overrides)
     return load_params(root / "params.yaml").paths.under(root)
 
@@ -198,7 +199,7 @@ def test_switching_the_judge_reruns_only_accept(tasks, tiny_checkpoint, tmp_path
     paths = _paths(root, [])
     _write_pool(paths, tasks)
     # a dependency of judge: the starting policy (a model-backed judge would consult it)
-    shutil.copytree(tiny_checkpoint, paths.model(load_params(root / "params.yaml").scale.rollouts.policy))
+    shutil.copytree(tiny_checkpoint, paths.model(load_params(root / "params.yaml").solver.start))
     commit(root, "judging")
 
     assert stages_run(dvc("repro", "-s", "judge", cwd=root)) == ["judge"]

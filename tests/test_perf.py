@@ -349,9 +349,10 @@ def test_the_rehearsal_keeps_the_presets_choices(rehearsal) -> None:
     scale = params["scale"]
     assert (params["experiment"], params["backbone"]["name"], params["backbone"]["serve"]) == \
         ("paper", "tiny", "vllm")
-    assert (scale["rollouts"]["max_turns"], scale["rollouts"]["attempts"], scale["rollouts"]["policy"],
-            scale["rollouts"]["solver"]) == (64, 5, "base", "policy")
-    assert (scale["validation"]["solver"], scale["judging"]["backend"]) == ("policy", "model")
+    solver = params["solver"]
+    assert (scale["rollouts"]["max_turns"], scale["rollouts"]["attempts"], solver["start"],
+            solver["rollouts"]) == (64, 5, "base", "model")
+    assert (solver["validation"], params["judge"]["backend"]) == ("model", "model")
 
 
 def test_every_decoding_stage_of_the_rehearsal_was_served_by_vllm(rehearsal) -> None:

@@ -78,7 +78,7 @@ def test_the_domains_choice_reaches_only_the_sample_stage(smoke_copy):
     """A breadth sweep re-runs sample and what follows it (train, evaluate), never synthesis,
     rollouts or judging: of the stages whose own inputs change, `sample` is the only one."""
     params = yaml.safe_load((smoke_copy / "params.yaml").read_text())
-    params["domains"] = {"name": "d4", "count": 4}
+    params["domains"] = {"count": 4}
     (smoke_copy / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     status = json.loads(_run([str(BIN / "dvc"), "status", "--json"], smoke_copy, stdout_only=True))
     assert set(status) == {"sample"}
@@ -142,7 +142,7 @@ def test_every_model_is_a_checkpoint_and_the_fine_tunings_trained(smoke_repo):
             if r["kept"]]
     policy = [r for r in training_set if r["source"] == "policy"]
     corrections = [r for r in training_set if r["source"] == "rti"]
-    # domains=all: every accepted trajectory as it was, then every kept correction with its weight
+    # no breadth: every accepted trajectory as it was, then every kept correction with its weight
     assert [{k: r[k] for k in schemas.TRAJECTORIES.names} for r in policy] == accepted
     assert {(r["weight"], r["loss_from_message"]) for r in policy} <= {(1.0, 0)}
     assert sorted((r["rollout_id"], r["weight"], r["loss_from_message"]) for r in corrections) == sorted(

@@ -13,7 +13,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 
 from interlock.core import schemas
 from interlock.core.backend import ChatRequest
@@ -38,9 +37,9 @@ TOYS = {
     "backend": ("toylab/echo_backend.py", "backbone/toy.yaml", None),
     "benchmark": ("toylab/one_task.py", "eval/toy.yaml", "name: toy\nmodels: [base]\n"
                   "pools: [benchmark, toylab.one_task]\nbootstrap: 1000\nconfidence: 0.95\n"),
-    "judge": ("toylab/lenient_judge.py", "judge/toy.yaml",
+    "judge": ("toylab/lenient_judge.py", "judge/toy.yaml", "defaults:\n  - agent\n  - _self_\n"
               "name: toylab.lenient_judge\ngraders: [agent, text, toylab.lenient_judge]\n"),
-    "sandbox": ("toylab/counted_sandbox.py", "sandbox/toy.yaml", "provider: toylab.counted_sandbox\n"),
+    "sandbox": ("toylab/counted_sandbox.py", None, None),  # named on the command line: sandbox.provider
 }
 MODULES = {
     "backend": '''
@@ -124,14 +123,16 @@ def lab(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
 
 
 def _register(kind: str, plugins: Path, conf: Path) -> set[Path]:
-    """Write the kind's module and option the way docs/authoring.md says; the files that took."""
+    """Write the kind's module and option (where it has one) the way docs/authoring.md says; the
+    files that took."""
     before = _files(plugins) | _files(conf)
     module, option, text = TOYS[kind]
     (plugins / module).write_text(textwrap.dedent(MODULES[kind]).lstrip())
-    if text is None:  # a backbone option: the tiny one, served by the new backend
+    if kind == "backend":  # a backbone option: the tiny one, served by the new backend
         text = (conf / "backbone" / "tiny.yaml").read_text().replace("name: tiny ", "name: toy ").replace(
             "backend: transformers ", "backend: toylab.echo_backend ")
-    (conf / option).write_text(text)
+    if option is not None:
+        (conf / option).write_text(text)
     return (_files(plugins) | _files(conf)) - before
 
 
@@ -147,7 +148,7 @@ def _params(conf: Path, override: str) -> Params:
 
 
 def test_the_guide_states_a_count_for_every_kind() -> None:
-    assert _guide_counts() == {"backend": 2, "benchmark": 2, "judge": 2, "sandbox provider": 2}
+    assert _guide_counts() == {"backend": 2, "benchmark": 2, "judge": 2, "sandbox provider": 1}
 
 
 def test_a_toy_backend_serves_a_backbone(lab, tmp_path: Path) -> None:
@@ -202,7 +203,7 @@ def test_a_toy_sandbox_provider_runs_model_written_checks(lab, tmp_path: Path) -
     plugins, conf = lab
     touched = _register("sandbox", plugins, conf)
     assert len(touched) == _guide_counts()["sandbox provider"]
-    provider = _params(conf, "sandbox=toy").sandbox.provider
+    provider = _params(conf, "sandbox.provider=toylab.counted_sandbox").sandbox.provider
     if not sandbox.boundary_mode("namespaces").available:
         pytest.skip("the toy provider wraps the namespaces provider, unavailable here")
     workspace = tmp_path / "ws"
@@ -227,13 +228,14 @@ def test_an_unknown_name_lists_the_known_ones(registry: Registry, field: str) ->
 
 
 def test_every_option_names_a_registered_provider() -> None:
-    """Each option file of conf/ composes and validates, so every name in it is registered."""
+    """Each option of conf/ composes and validates, so every name it holds is registered (a file
+    named ``_...`` is what a group's options share, not an option)."""
     named = (("backbone", "backend"), ("judge", "name"), ("sandbox", "provider"), ("eval", "pools"))
     for group, key in named:
-        for option in sorted((REPO / "conf" / group).glob("*.yaml")):
-            config = yaml.safe_load(option.read_text())
-            Params.model_validate(compose_params(REPO / "conf", [f"{group}={option.stem}"]))
-            assert config[key], f"{option} names no provider"
+        for option in sorted(p for p in (REPO / "conf" / group).glob("*.yaml") if not p.stem.startswith("_")):
+            composed = compose_params(REPO / "conf", [f"{group}={option.stem}"])
+            Params.model_validate(composed)
+            assert composed[group][key], f"{option} names no provider"
 
 
 def test_a_registry_finds_providers_by_reading_modules_not_importing_them(tmp_path: Path,

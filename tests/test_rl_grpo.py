@@ -366,7 +366,7 @@ def test_dvc_exp_run_train_grpo_trains_rl_and_evaluates_it_beside_the_others(grp
         assert rows[0] == "step\tvalue" and [int(r.split("\t")[0]) for r in rows[1:]] == list(
             range(1, config.steps + 1))
     manifest = read_manifest(paths.model("rl"))
-    assert manifest["origin"].endswith(params.scale.rollouts.policy)
+    assert manifest["origin"].endswith(params.solver.start)
     assert untrained_reason(paths.model("rl")) is None
     evaluation = json.loads(paths.metrics_of("evaluate").read_text())
     assert evaluation["not_evaluated"] == {}

@@ -40,10 +40,10 @@ def test_a_declared_key_gives_its_value_and_everything_under_it(params) -> None:
 
 
 @pytest.mark.parametrize(("declared", "read"), [
-    (("scale.rollouts",), lambda p: p.scale.validation),
+    (("scale.rollouts",), lambda p: p.solver.rollouts),
     (("scale.rollouts",), lambda p: p.seed),
     (("backbone.name",), lambda p: p.backbone.backend),
-    (("scale.validation.skip_effect",), lambda p: p.scale.validation.solver),
+    (("solver.noisy",), lambda p: p.solver.validation),
     (("seed",), lambda p: p.tracking),
 ])
 def test_reading_an_undeclared_key_is_an_error_that_names_it(params, declared, read) -> None:

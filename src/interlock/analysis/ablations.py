@@ -54,7 +54,7 @@ METRICS_FILES = ("evaluate", "sample", "train", "judge", "accept")
 #: the ablation axes: what a sweep varies (an :class:`Experiment` property of that name)
 AXES = ("intervention", "synthesis", "breadth", "judge")
 #: per axis, the order its levels are compared in; the first present is the reference (breadth:
-#: fewest domains first, ``domains=all`` last)
+#: fewest domains first, no breadth (``domains.count`` null) last)
 LEVEL_ORDER = {"intervention": ("none", "rti"), "synthesis": ("base", "rst"), "judge": ("agent", "text")}
 #: the methods, each pictured as bars per model against its reference level: the picture's title,
 #: the reference's label and the sweep that makes it
@@ -89,7 +89,7 @@ class Experiment:
 
     @property
     def breadth(self) -> int | None:
-        """Training domains of a breadth choice; None for ``domains=all``."""
+        """Training domains of a breadth choice (``domains.count``); None for no breadth."""
         return (self.params.get("domains") or {}).get("count")
 
     @property
@@ -225,7 +225,7 @@ def ablation_frame(experiments: Sequence[Experiment]) -> pd.DataFrame:
 
 def _level_key(axis: str, level: object) -> tuple:
     """Sort key of an axis level: the reference first (no intervention, the base pool, fewest
-    domains, the agent judge), ``domains=all`` (no breadth) last."""
+    domains, the agent judge), no breadth (``domains.count`` null) last."""
     if _absent(level):
         return (2, 0.0, "")
     order = LEVEL_ORDER.get(axis, ())
@@ -342,9 +342,9 @@ def comparison_table(comparisons: pd.DataFrame, pool: str = "benchmark", metric:
 
 
 def level_name(level: object) -> str:
-    """An ablation level in words: a breadth as ``dN`` (``domains=all`` for none), else the name."""
+    """An ablation level in words: a breadth as ``dN`` (``all`` domains for none), else the name."""
     if _absent(level):
-        return "domains=all"
+        return "all domains"
     return f"d{int(level)}" if isinstance(level, Real) else str(level)
 
 
@@ -393,7 +393,7 @@ def _mde(comparisons: pd.DataFrame | None, axis: str, experiment: str, model: st
 def plot_breadth(frame: pd.DataFrame, model: str = "rft", pool: str = "benchmark",
                  metrics: Sequence[str] = BAR_METRICS, comparisons: pd.DataFrame | None = None) -> Figure:
     """Each transfer metric of ``model`` against the number of training domains, with intervals
-    (experiments at ``domains=all`` are left out: they have no breadth), one line per judge and
+    (experiments without a breadth are left out: they have no breadth), one line per judge and
     intervention; with ``comparisons`` (:func:`axis_comparisons`), each breadth past the first is
     labelled with its comparison's MDE."""
     rows = _selected(frame, model, pool).dropna(subset=["breadth"])

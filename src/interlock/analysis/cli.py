@@ -269,7 +269,7 @@ def cmd_params(args: argparse.Namespace, console: Console) -> None:
     if not args.conf.is_dir():
         raise InterlockError("no config directory here; run from the repository root", file=str(args.conf))
     params = write_params(args.conf, args.output, args.overrides)
-    choices = ", ".join(f"{group}={params[group]['name']}" for group in ("scale", "domains", "backbone")
+    choices = ", ".join(f"{group}={params[group]['name']}" for group in ("scale", "backbone")
                         if group in params)
     console.print(f"wrote {escape(str(args.output))} ({choices})")
 

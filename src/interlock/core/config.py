@@ -39,31 +39,35 @@ class TaskSizeConfig(_Strict):
 
 
 class RolloutsConfig(_Strict):
-    """Starting policy x admitted ``rft`` task x attempt, and the limits of every episode (how
-    the model samples is the backbone's ``generation``)."""
+    """Attempts per admitted ``rft`` task, and the limits of every episode (who plays them is
+    ``solver``; how the model samples, the backbone's ``generation``)."""
 
-    policy: Literal["base", "demo_sft"]  # which checkpoint under data/models/ starts RFT
-    solver: Literal["policy", "noisy"]  # who rolls out: that checkpoint, or the scripted noisy solver
     attempts: int = Field(ge=1)
     max_turns: int = Field(ge=1)
     batch_size: int = Field(ge=1)  # live episodes generated together
     max_observation_chars: int = Field(ge=100)  # longer tool outputs are clipped
 
 
-class ValidationConfig(_Strict):
-    """The review's execution gate: one judged validation rollout per statically admitted task."""
+class NoisyConfig(_Strict):
+    """The scripted noisy solver: the oracle's plan with a completion gap."""
 
-    solver: Literal["noisy", "policy"]  # a scripted noisy solver, or the starting policy
-    skip_effect: float = Field(ge=0, le=1)  # noisy: rate of realization effects never written
-    ignore_coupling: float = Field(ge=0, le=1)  # noisy: rate of coupling constraints ignored
+    skip_effect: float = Field(ge=0, le=1)  # rate of realization effects never written
+    ignore_coupling: float = Field(ge=0, le=1)  # rate of coupling constraints ignored
 
 
-class JudgingConfig(_Strict):
-    """Who backs the judges: scripted programs (the agent judge runs the compiled checks, the text
-    judge believes claims), or the starting policy's model as well (it reads transcripts and, for
-    the agent judge, inspects files and writes checks of its own)."""
+#: who plays a stage's episodes: the starting checkpoint's model, or the scripted noisy solver
+Solver = Literal["model", "noisy"]
 
-    backend: Literal["scripted", "model"]  # model: the starting checkpoint (scale.rollouts.policy)
+
+class SolverConfig(_Strict):
+    """Who acts: the checkpoint that starts RFT (and acts wherever the solver is ``model``), who
+    plays the ``rft`` rollouts, and who plays the review's validation rollout of each statically
+    admitted task (its execution gate)."""
+
+    start: Literal["base", "demo_sft"]  # which checkpoint under data/models/ starts RFT
+    rollouts: Solver
+    validation: Solver
+    noisy: NoisyConfig
 
 
 class EvaluationSizeConfig(_Strict):
@@ -83,8 +87,6 @@ class ScaleConfig(_Strict):
     task_size: TaskSizeConfig
     row_group_tasks: int = Field(ge=1)
     rollouts: RolloutsConfig
-    validation: ValidationConfig
-    judging: JudgingConfig
     evaluation: EvaluationSizeConfig
 
     @model_validator(mode="after")
@@ -98,21 +100,29 @@ class ScaleConfig(_Strict):
 
 
 class DomainsConfig(_Strict):
-    """What RFT trains on: every accepted trajectory (``all``, count null), or a breadth: a fixed
-    number of trajectories (``scale.breadth_trajectories``) stratified across ``count`` domains."""
+    """What RFT trains on: every accepted trajectory (count null), or a breadth: a fixed number of
+    trajectories (``scale.breadth_trajectories``) stratified across ``count`` domains."""
 
-    name: str
     count: int | None = Field(ge=1)
+
+    @property
+    def label(self) -> str:
+        """The breadth in words: ``d4`` for four domains, ``all`` for none."""
+        return "all" if self.count is None else f"d{self.count}"
 
 
 class JudgeConfig(_Strict):
-    """Whose verdicts ``accept`` uses (``name``), and who grades the whole rollout pool in the
-    ``judge`` stage (``graders``: the agent judge, the ground truth, always among them). Options
-    that differ only in ``name`` re-run nothing before ``accept``. Names are judges registered in
+    """Whose verdicts ``accept`` uses (``name``), who grades the whole rollout pool in the
+    ``judge`` stage (``graders``: the agent judge, the ground truth, always among them), and who
+    backs the judges (``backend``): scripted programs (the agent judge runs the compiled checks, the
+    text judge believes claims), or the starting checkpoint's model as well (it reads transcripts
+    and, for the agent judge, inspects files and writes checks of its own). Options that differ
+    only in ``name`` re-run nothing before ``accept``. Names are judges registered in
     ``interlock.judging`` (:data:`~interlock.core.registry.JUDGES`)."""
 
     name: str
     graders: list[str] = Field(min_length=1)
+    backend: Literal["scripted", "model"]  # model: the starting checkpoint (solver.start)
 
     @field_validator("name")
     @classmethod
@@ -431,6 +441,7 @@ class Params(BaseModel):
     backbone: BackboneConfig
     judge: JudgeConfig
     sandbox: SandboxConfig
+    solver: SolverConfig
     train: TrainConfig
     eval: EvalConfig
     tracking: TrackingConfig
@@ -441,7 +452,7 @@ class Params(BaseModel):
     @model_validator(mode="after")
     def _breadth_fits_the_scale(self) -> Params:
         if self.domains.count is not None and self.domains.count > self.scale.train_domains:
-            raise InterlockError(f"breadth {self.domains.name} needs {self.domains.count} training domains; "
+            raise InterlockError(f"breadth {self.domains.label} needs {self.domains.count} training domains; "
                                  f"scale {self.scale.name} has {self.scale.train_domains}",
                                  item="params", field="domains.count")
         return self

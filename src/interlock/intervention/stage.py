@@ -265,9 +265,9 @@ def _roles(params: Params, paths: Paths) -> Roles:
     config = params.intervention
     model = None
     if "model" in (config.critic, config.corrector):
-        model = make_backend(params.backbone, paths.model(params.scale.rollouts.policy))
+        model = make_backend(params.backbone, paths.model(params.solver.start))
     label = ("rti/scripted" if config.corrector == "scripted"
-             else f"rti/{params.backbone.name}/{params.scale.rollouts.policy}")
+             else f"rti/{params.backbone.name}/{params.solver.start}")
     return Roles(model if config.critic == "model" else None,
                  model if config.corrector == "model" else None, label)
 
@@ -293,7 +293,7 @@ def intervene(params: Params, paths: Paths) -> StageReport:
         return StageReport({"intervention": "none", "failed": 0, "kept": 0,
                             "message": "intervention=none: rejection sampling alone"},
                            config={"runtime": None, "scorer_runtime": None})
-    policy = params.scale.rollouts.policy
+    policy = params.solver.start
     tasks = {t.task_id: t for t in admitted_tasks(paths, load_domains(paths.domains), "rft")}
     roles = _roles(params, paths)
     backbone, checkpoint = params.backbone, paths.model(policy)

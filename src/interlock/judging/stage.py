@@ -307,8 +307,8 @@ def judge(params: Params, paths: Paths) -> StageReport:
     rollouts (a pool with a known completion gap, to measure the judges on). The ``judge`` choice is
     not read here: it only decides whose verdicts ``accept`` uses."""
     model = runtime = None
-    if params.scale.judging.backend == "model":
-        checkpoint = paths.model(params.scale.rollouts.policy)
+    if params.judge.backend == "model":
+        checkpoint = paths.model(params.solver.start)
         model = make_backend(params.backbone, checkpoint)
         runtime = model_runtime(params.backbone, "generate", checkpoint)
     # the rules the rollouts and the review's validation rollouts were both played under

@@ -115,7 +115,7 @@ def _execution_gate(gate: ExecutionGate, catalog: Catalog, graphs: list[Completi
 
 
 def review(params: Params, paths: Paths) -> StageReport:
-    solver, policy, runtime = solver_backend(params.scale.validation.solver, params, paths.base_model, "base")
+    solver, policy, runtime = solver_backend(params.solver.validation, params, paths.base_model, "base")
     limits = RolloutLimits.of(params.scale.rollouts, params.backbone.generation)
     authored = params.generator.name == "llm"
     catalog = load_domains(paths.domains)

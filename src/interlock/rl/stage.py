@@ -1,4 +1,4 @@
-"""The ``rl`` stage: GRPO from the starting policy (``scale.rollouts.policy``) on the ``rft``
+"""The ``rl`` stage: GRPO from the starting policy (``solver.start``) on the ``rft``
 pool's admitted tasks (recursive synthesis's children included), rewarded by the agent judge
 (:mod:`interlock.rl.grpo`); the policy goes to ``models/rl`` and ``evaluate`` compares it with the
 others.
@@ -60,7 +60,7 @@ def rl(params: Params, paths: Paths) -> StageReport | None:
         write_step_plots(paths.rl_plot, [])
         print(f"rl: {reason}")
         return StageReport({"trained": False, "reason": reason})
-    start = paths.model(params.scale.rollouts.policy)
+    start = paths.model(params.solver.start)
     runtime = model_runtime(params.backbone, "train", start, backend="transformers")
     limits = rl_limits(params)
     settings = GRPOSettings(config, params.seed, limits, runtime["resolved_dtype"],

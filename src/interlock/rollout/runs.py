@@ -46,8 +46,8 @@ class RolloutPlan:
 
     @classmethod
     def of(cls, params: Params) -> RolloutPlan:
-        config = params.scale.rollouts
-        return cls(policy_label(config.solver, params, config.policy), config.attempts, params.seed,
+        config, solver = params.scale.rollouts, params.solver
+        return cls(policy_label(solver.rollouts, params, solver.start), config.attempts, params.seed,
                    RolloutLimits.of(config, params.backbone.generation), params.backbone.max_context)
 
     def problem(self, trajectory: Trajectory) -> tuple[str, str] | None:

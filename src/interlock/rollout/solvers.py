@@ -15,12 +15,12 @@ def solver_backend(solver: str, params: Params, checkpoint: Path,
                    name: str) -> tuple[ChatBackend, str, dict | None]:
     """Who acts in the episodes of a stage, the trajectories' ``policy`` label, and what computes
     the model (:func:`~interlock.models.backends.model_runtime`; None: no model runs): the model
-    checkpoint ``name`` (``policy``), or the scripted noisy solver (``noisy``: realization effects
-    skipped and couplings ignored at ``scale.validation``'s rates; for tests, where a tiny random
+    checkpoint ``name`` (``model``), or the scripted noisy solver (``noisy``: realization effects
+    skipped and couplings ignored at ``solver.noisy``'s rates; for tests, where a tiny random
     model would pass nothing)."""
     label = policy_label(solver, params, name)
     if solver == "noisy":
-        rates = params.scale.validation
+        rates = params.solver.noisy
         return (ScriptedBackend("noisy", seed=params.seed, skip_effect=rates.skip_effect,
                                 ignore_coupling=rates.ignore_coupling), label, None)
     backend = make_backend(params.backbone, checkpoint)

@@ -31,15 +31,15 @@ def demos(params: Params, paths: Paths) -> StageReport:
 
 
 def rollouts(params: Params, paths: Paths) -> StageReport:
-    backbone, config = params.backbone, params.scale.rollouts
-    checkpoint = paths.model(config.policy)
-    backend, policy, runtime = solver_backend(config.solver, params, checkpoint, config.policy)
-    noisy = params.scale.validation if config.solver == "noisy" else None
+    backbone, config, solver = params.backbone, params.scale.rollouts, params.solver
+    checkpoint = paths.model(solver.start)
+    backend, policy, runtime = solver_backend(solver.rollouts, params, checkpoint, solver.start)
+    noisy = solver.noisy if solver.rollouts == "noisy" else None
     # names the resumable parts: a run under other settings (or another engine or dtype resolved
     # on this machine: ``runtime``) starts afresh
-    run_id = fingerprint(params.seed, config.model_dump(), backbone.name, runtime, backbone.max_context,
-                         backbone.generation.model_dump(), read_manifest(checkpoint),
-                         noisy and [noisy.skip_effect, noisy.ignore_coupling])
+    run_id = fingerprint(params.seed, config.model_dump(), solver.start, solver.rollouts, backbone.name,
+                         runtime, backbone.max_context, backbone.generation.model_dump(),
+                         read_manifest(checkpoint), noisy and [noisy.skip_effect, noisy.ignore_coupling])
     chosen = rollout_ids(paths, matched=params.synthesis.match_rollouts, seed=params.seed)
     episodes = plan_episodes(admitted_tasks(paths, load_domains(paths.domains), "rft", set(chosen)),
                              policy=policy, attempts=config.attempts, seed=params.seed)

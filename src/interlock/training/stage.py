@@ -2,7 +2,7 @@
 data, from which checkpoint, to which.
 
 - ``demo`` (stage ``demo_sft``): the base checkpoint on the reference demonstrations; the warm
-  start of RFT where ``scale.rollouts.policy`` is ``demo_sft``, and the demonstration baseline;
+  start of RFT where ``solver.start`` is ``demo_sft``, and the demonstration baseline;
   one checkpoint, ``models/demo_sft``;
 - ``rft`` (stage ``train``): the starting policy (the checkpoint that made the rollouts) on its
   own accepted trajectories (the training set the ``sample`` stage chose from them), once per
@@ -43,7 +43,7 @@ def run_fine_tuning(params: Params, paths: Paths, phase: Literal["demo", "rft"])
     main one under ``accelerate launch``: it alone reports)."""
     stage, name = PHASES[phase]
     out = paths.model(name)
-    start = paths.base_model if phase == "demo" else paths.model(params.scale.rollouts.policy)
+    start = paths.base_model if phase == "demo" else paths.model(params.solver.start)
     runtime = model_runtime(params.backbone, "train", start, backend="transformers")
     main = main_process()
     if phase == "demo":
@@ -116,8 +116,8 @@ def _mean(values) -> float | None:
 # ----------------------------------------------------------------------------- the stages
 
 def sample(params: Params, paths: Paths) -> StageReport:
-    """The training set of the chosen domain breadth (``domains=all``: every accepted trajectory and
-    every kept correction of the ``intervene`` stage; ``domains=d4`` ... ``d128``:
+    """The training set of the chosen domain breadth (``domains.count`` null: every accepted trajectory
+    and every kept correction of the ``intervene`` stage; ``domains.count=4`` ... ``128``:
     ``scale.breadth_trajectories`` of them, drawn from both together and stratified across that many
     training domains). ``intervention=none`` leaves the interventions table empty: accepted only."""
     breadth = params.domains.count
@@ -138,7 +138,7 @@ def sample(params: Params, paths: Paths) -> StageReport:
 
 def demo_sft(params: Params, paths: Paths) -> StageReport | None:
     """The base checkpoint fine-tuned on the reference demonstrations: the warm start of RFT (where
-    ``scale.rollouts.policy`` is demo_sft) and the "SFT on demonstrations" baseline."""
+    ``solver.start`` is demo_sft) and the "SFT on demonstrations" baseline."""
     return run_fine_tuning(params, paths, "demo")
 
 
