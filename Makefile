@@ -16,6 +16,7 @@ repro: venv
 
 test: venv-dev
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
 # The prepared check for a GPU machine (benchmarks/gpu_check.py, docs/scale-out.md): the GPU tests,

@@ -1,27 +1,30 @@
-"""The library's shape: one package per area of the pipeline, in layers that import only downwards,
-no import cycles, and every stage's library side in its package's ``stage`` module. Read from the
-source (every import statement, also those inside functions), so an import added anywhere counts."""
+"""The library's shape: one package per area of the pipeline, in layers that import only downwards
+(declared once, for import-linter, in pyproject.toml), no import cycles, and every stage's library
+side in its package's ``stage`` module. Read from the source (every import statement, also those
+inside functions), so an import added anywhere counts."""
 
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
 from helpers.imports import PACKAGE, closure, imports_of, module_name, module_path, package_imports, packages
-from helpers.repo import REPO
+from helpers.repo import REPO, command_timeout
 
-#: top to bottom; a package may import only packages of lower layers (those of one layer are
-#: independent of each other); ``testing`` (test doubles shipped for users) is above all, so no
-#: library module imports it
-LAYERS = (("testing",), ("analysis",), ("export",), ("intervention", "rl"),
-          ("evaluation", "recursive", "training"), ("review",), ("judging",), ("rollout",), ("models",),
-          ("synthesis",), ("core",))
+#: top to bottom, as pyproject.toml's import-linter contract declares them: a package may import only
+#: packages of lower layers (those of one layer, joined by ``|``, are independent of each other);
+#: ``testing`` (test doubles shipped for users) is above all, so no library module imports it
+(CONTRACT,) = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"][
+    "contracts"]
+LAYERS = tuple(tuple(name.strip().removeprefix("interlock.") for name in layer.split("|"))
+               for layer in CONTRACT["layers"])
 STAGES = sorted(p.stem for p in (REPO / "stages").glob("*.py"))
-
-
-def _layer(package: str) -> int:
-    return next(i for i, layer in enumerate(LAYERS) if package in layer)
 
 
 def test_every_package_has_a_layer_and_nothing_lies_outside_the_packages() -> None:
@@ -31,10 +34,27 @@ def test_every_package_has_a_layer_and_nothing_lies_outside_the_packages() -> No
     assert not imports_of(PACKAGE / "__init__.py")
 
 
-@pytest.mark.parametrize("package", [p for layer in LAYERS for p in layer])
-def test_a_package_imports_only_packages_below_it(package: str) -> None:
-    upward = sorted(p for p in package_imports()[package] if _layer(p) <= _layer(package))
-    assert not upward, f"{package} imports {upward}, which are not below it ({LAYERS})"
+def _lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """import-linter on the library under ``root/src``, with ``root/pyproject.toml``'s contracts."""
+    return subprocess.run([str(Path(sys.executable).with_name("lint-imports"))], cwd=root, text=True,
+                          capture_output=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root / "src")},
+                          timeout=command_timeout())
+
+
+def test_import_linter_keeps_the_layers() -> None:
+    linted = _lint_imports(REPO)
+    assert linted.returncode == 0 and "1 kept, 0 broken" in linted.stdout, linted.stdout + linted.stderr
+
+
+def test_an_import_upwards_breaks_the_layers_even_inside_a_function(tmp_path: Path) -> None:
+    """The twin: the core reaching up into the analysis package, in a function body."""
+    shutil.copytree(REPO / "src" / "interlock", tmp_path / "src" / "interlock",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    with (tmp_path / "src" / "interlock" / "core" / "errors.py").open("a") as module:
+        module.write("\n\ndef _upwards():\n    import interlock.analysis.report  # noqa: F401\n")
+    linted = _lint_imports(tmp_path)
+    assert linted.returncode == 1 and "interlock.core.errors -> interlock.analysis.report" in linted.stdout
 
 
 def test_the_core_imports_nothing_above_it() -> None:

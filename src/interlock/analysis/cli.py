@@ -7,6 +7,7 @@
     interlock params [-S GROUP=OPTION ...]
     interlock run-queue [--repo DIR] [--grace SECONDS] [--timeout SECONDS]
     interlock collect [--group NAME] [-o DIR]
+    interlock compare-runs FIRST SECOND
     interlock [--data DIR] export tasks --format harbor -o DIR [--pool POOL] [--limit N]
     interlock [--data DIR] export trajectories --format atif -o DIR
     interlock [--data DIR] export dataset -o DIR
@@ -97,6 +98,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="for ablations.tsv, comparisons.tsv and the ablations' pictures "
                         "(default: reports/<group or all>)")
     p.set_defaults(run=cmd_collect)
+
+    p = sub.add_parser("compare-runs", help="whether two runs wrote the same artifacts, stage by stage")
+    p.add_argument("first", type=Path, help="a repository (or clone) after `dvc repro`")
+    p.add_argument("second", type=Path, help="another, to compare with the first")
+    p.set_defaults(run=cmd_compare_runs)
 
     p = sub.add_parser("export", help="the training set, tasks or trajectories in formats other tools read")
     what = p.add_subparsers(dest="what", required=True, metavar="WHAT")
@@ -320,6 +326,21 @@ def cmd_collect(args: argparse.Namespace, console: Console) -> None:
                      "would detect, 95% confidence, 80% power)", versus)
     console.print(f"wrote {escape(str(out))}/ablations.tsv, comparisons.tsv, breadth.png, judges.png, "
                   "interventions.png, synthesis.png")
+
+
+def cmd_compare_runs(args: argparse.Namespace, console: Console) -> None:
+    from interlock.analysis.compare import compare_runs
+
+    table = Table("stage", "same", "timings only", "differing")
+    comparisons = compare_runs(args.first, args.second)
+    for c in comparisons:
+        table.add_row(c.stage, str(len(c.same)), str(len(c.timings_only)),
+                      escape(", ".join(c.differing)) or "-", style="red" if c.differing else None)
+    console.print(table)
+    differing = [c.stage for c in comparisons if c.differing]
+    if differing:
+        raise InterlockError(f"{len(differing)} stages wrote other artifacts: {', '.join(differing)}")
+    console.print("every stage wrote the same artifacts (measured timings aside)")
 
 
 def cmd_export_tasks(args: argparse.Namespace, console: Console) -> None:
