@@ -1,7 +1,7 @@
 """Model-backed judges' cost: the agent judge and the text judge, both backed by a checkpoint,
 on the same policy rollouts, side by side in one run.
 
-``judge.backend=model`` makes both judges consult the starting policy: the text judge
+``judge.backed_by=model`` makes both judges consult the starting policy: the text judge
 reads each transcript and answers every criterion in one JSON object; the agent judge runs the
 compiled checks and has the model review each criterion they passed, with read-only tools. This
 prints what that costs (seconds and output tokens per rollout, per judge) and the agent judge's

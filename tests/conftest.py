@@ -106,15 +106,15 @@ def smollm2_tokenizer(tmp_path_factory):
     return tokenizer
 
 
-def shared_dir(tmp_path_factory, worker_id: str) -> Path:
+def shared_dir(tmp_path_factory) -> Path:
     """A folder every worker of this test session sees: the session's own temporary folder, whose
     parent pytest-xdist's workers share (``-n``); without workers, the session's folder itself."""
     base = tmp_path_factory.getbasetemp()
-    return base if worker_id == "master" else base.parent
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 @pytest.fixture(scope="session")
-def smoke_repo(tmp_path_factory, worker_id: str) -> Iterator[Path]:
+def smoke_repo(tmp_path_factory) -> Iterator[Path]:
     """A clean copy of the repository at the smoke experiment, after one `dvc repro`: the pipeline
     runs once per test session, whatever the number of workers (the first to ask builds it under a
     file lock, the others wait and share it), and every test that needs its artifacts shares it.
@@ -122,7 +122,7 @@ def smoke_repo(tmp_path_factory, worker_id: str) -> Iterator[Path]:
 
     It is read-only: a test that changes anything works on :func:`smoke_copy`. At the end of the
     session (of each worker) every file is checked to be as the run left it."""
-    shared = shared_dir(tmp_path_factory, worker_id)
+    shared = shared_dir(tmp_path_factory)
     root, built = shared / "smoke" / "repo", shared / "smoke" / "digest.json"
     with FileLock(shared / "smoke.lock"):
         if not built.exists():

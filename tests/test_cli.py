@@ -11,13 +11,12 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import pyarrow.parquet as pq
 import pytest
-import yaml
 from PIL import Image
 
 from interlock.analysis.artifacts import Artifacts, repository_paths
 from interlock.analysis.cli import main
 from interlock.analysis.draw import draw_graph
-from interlock.core.config import SynthesisConfig, load_params
+from interlock.core.config import load_params
 from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
 from interlock.recursive.stage import run_grow
@@ -28,6 +27,7 @@ from interlock.synthesis.graph import build_graph
 from interlock.synthesis.stage import run_blueprints, run_domains, run_graphs, run_packs
 from interlock.synthesis.tasks import iter_graphs, load_domains
 
+from helpers.config import defaults
 from helpers.repo import REPO, command_timeout
 
 
@@ -217,8 +217,7 @@ def test_console_script_entry_point(data):
 def grown(data) -> list[dict]:
     """One round of recursive synthesis on the module's tasks, written beside them (data/grown)."""
     params = load_params(REPO / "params.yaml")
-    rst = yaml.safe_load((REPO / "conf" / "synthesis" / "rst.yaml").read_text())
-    config = SynthesisConfig.model_validate({**rst, "rounds": 1, "candidates": 6, "compare_with": None})
+    config = defaults("synthesis=rst").synthesis.replace(rounds=1, candidates=6, compare_with=None)
     paths = params.paths.rebase(data=data, metrics=data.parent / "metrics")  # nothing lands in the repository
     run_grow(paths, load_domains(data / "domains.parquet"), config, params.seed)
     lineage = pq.read_table(data / "grown" / "lineage.parquet").to_pylist()

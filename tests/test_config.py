@@ -37,7 +37,7 @@ BACKBONE_SOURCES = {"tiny": "tiny", "smollm2": "gguf_wheel", "hub": "pretrained"
 EXPERIMENTS = {"default": ("default", "smollm2", 2, {}),
                "smoke": ("smoke", "tiny", 3, {"solver.rollouts": "noisy"}),
                "paper": ("paper", "hub", 3, {"solver.start": "base", "solver.validation": "model",
-                                             "judge.backend": "model"})}
+                                             "judge.backed_by": "model"})}
 
 
 def compose_config(overrides: list[str] | None = None) -> dict:
@@ -125,7 +125,8 @@ def test_a_breadth_is_valid_only_where_the_scale_has_that_many_training_domains(
 
 def test_judge_options_are_the_expected_ones() -> None:
     assert _options("judge") == JUDGE_OPTIONS
-    assert compose_config()["judge"] == {"name": "agent", "graders": ["agent", "text"], "backend": "scripted"}
+    assert compose_config()["judge"] == {"name": "agent", "graders": ["agent", "text"],
+                                         "backed_by": "scripted"}
 
 
 @pytest.mark.parametrize("option", JUDGE_OPTIONS)
@@ -154,7 +155,7 @@ def test_only_accept_depends_on_the_judge_choice() -> None:
     ({"name": "text", "graders": ["text"]}, "must include the agent judge")])
 def test_a_judge_choice_is_checked_against_the_registered_judges(judge: dict, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
-        Params.model_validate({**compose_config(), "judge": {**judge, "backend": "scripted"}})
+        Params.model_validate({**compose_config(), "judge": {**judge, "backed_by": "scripted"}})
 
 
 def test_backbone_options_are_the_expected_ones() -> None:

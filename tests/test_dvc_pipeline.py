@@ -116,7 +116,7 @@ def test_switching_the_synthesis_reaches_only_grow_before_it_runs(smoke_copy) ->
 #: checkpoint), who rolls out and validates (the model), and model-backed judging; and
 #: rollout-time intervention's critic and corrector as models too (the tiny backbone)
 MODEL_ROLES = ("intervention.critic=model", "intervention.corrector=model")
-PAPER_CHOICES = ("solver.start", "solver.rollouts", "solver.validation", "judge.backend")
+PAPER_CHOICES = ("solver.start", "solver.rollouts", "solver.validation", "judge.backed_by")
 
 
 def _get(config: dict, key: str):
@@ -151,7 +151,7 @@ def test_every_stage_runs_under_its_declared_params_with_the_paper_choices(paper
     # each choice re-runs the stages that declare it, and each of those ran to the end
     assert {"review", "rollouts", "judge", "train"} <= set(ran)
     params = load_params(root / "params.yaml")
-    assert params.judge.backend == "model" and params.solver.rollouts == "model"
+    assert params.judge.backed_by == "model" and params.solver.rollouts == "model"
     judged = json.loads(params.paths.under(root).metrics_of("judge").read_text())
     assert judged["rollouts"]["backends"]["agent"] != "scripted"
     rollouts = json.loads(params.paths.under(root).metrics_of("rollouts").read_text())

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from interlock.core import schemas
-from interlock.core.config import SynthesisConfig, load_params, write_params
+from interlock.core.config import load_params, write_params
 from interlock.core.io import read_rows, write_row_groups, write_table
 from interlock.core.paths import Paths
 from interlock.judging.judges import JudgeContext
@@ -31,6 +31,7 @@ from interlock.synthesis.tasks import TaskContext
 from interlock.testing.adversaries import PLANS
 
 from helpers.artifacts import write_packs
+from helpers.config import defaults
 from helpers.repo import command_timeout, commit, dvc, stages_run, tracked_copy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,8 +45,7 @@ def _write_pool(paths: Paths, tasks: list, policies: tuple[str, ...] = POLICIES,
     labelled as the run's rollouts stage labels its episodes, the scripted solver's index in
     ``policies`` as its attempt (what ``accept`` checks); else by its solver (what the judge's
     per-policy error rates are about)."""
-    base = yaml.safe_load((REPO / "conf" / "synthesis" / "base.yaml").read_text())
-    run_grow(paths, None, SynthesisConfig.model_validate(base), 0)
+    run_grow(paths, None, defaults("synthesis=base").synthesis, 0)
     write_packs(paths.packs, [pack for *_, pack in tasks])
     contexts = [TaskContext(pack.task_id, pack, graph, domain) for domain, _, graph, pack in tasks]
     with tempfile.TemporaryDirectory() as workdir:

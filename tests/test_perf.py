@@ -352,7 +352,7 @@ def test_the_rehearsal_keeps_the_presets_choices(rehearsal) -> None:
     solver = params["solver"]
     assert (scale["rollouts"]["max_turns"], scale["rollouts"]["attempts"], solver["start"],
             solver["rollouts"]) == (64, 5, "base", "model")
-    assert (solver["validation"], params["judge"]["backend"]) == ("model", "model")
+    assert (solver["validation"], params["judge"]["backed_by"]) == ("model", "model")
 
 
 def test_every_decoding_stage_of_the_rehearsal_was_served_by_vllm(rehearsal) -> None:

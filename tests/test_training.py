@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from transformers import AutoTokenizer
 
 from interlock.core import schemas
@@ -47,6 +46,7 @@ from interlock.training.scoring import checkpoint_nll, conversation_nll
 from interlock.training.stage import train
 from interlock.training.trainer import fine_tune, process_rows, read_training, row_loss, step_plan
 
+from helpers.config import defaults
 from helpers.probe import pretend_measured
 from helpers.repo import command_timeout
 
@@ -467,8 +467,9 @@ def test_a_correction_the_model_would_not_write_scores_a_higher_nll(tiny_model, 
     # 5.7513 / 10.1620 (1.3e-3 apart, relatively): the same ranking, the same decisions
     in_bf16 = checkpoint_nll(tiny_checkpoint, items, 100_000, dtype="bfloat16")
     assert in_bf16 == pytest.approx([own_nll, foreign_nll], rel=2e-2)
-    rti = yaml.safe_load((REPO / "conf" / "intervention" / "rti.yaml").read_text())
-    decisions = filter_corrections([own_nll, foreign_nll], [own_nll], cap=rti["weight_cap"], **rti["filter"])
+    rti = defaults("intervention=rti").intervention
+    decisions = filter_corrections([own_nll, foreign_nll], [own_nll], cap=rti.weight_cap,
+                                   **rti.filter.model_dump())
     assert [d.kept for d in decisions] == [True, False]
 
 

@@ -114,7 +114,7 @@ class DomainsConfig(_Strict):
 class JudgeConfig(_Strict):
     """Whose verdicts ``accept`` uses (``name``), who grades the whole rollout pool in the
     ``judge`` stage (``graders``: the agent judge, the ground truth, always among them), and who
-    backs the judges (``backend``): scripted programs (the agent judge runs the compiled checks, the
+    backs the judges (``backed_by``): scripted programs (the agent judge runs the compiled checks, the
     text judge believes claims), or the starting checkpoint's model as well (it reads transcripts
     and, for the agent judge, inspects files and writes checks of its own). Options that differ
     only in ``name`` re-run nothing before ``accept``. Names are judges registered in
@@ -122,7 +122,7 @@ class JudgeConfig(_Strict):
 
     name: str
     graders: list[str] = Field(min_length=1)
-    backend: Literal["scripted", "model"]  # model: the starting checkpoint (solver.start)
+    backed_by: Literal["scripted", "model"]  # model: the starting checkpoint (solver.start)
 
     @field_validator("name")
     @classmethod

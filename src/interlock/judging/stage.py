@@ -307,7 +307,7 @@ def judge(params: Params, paths: Paths) -> StageReport:
     rollouts (a pool with a known completion gap, to measure the judges on). The ``judge`` choice is
     not read here: it only decides whose verdicts ``accept`` uses."""
     model = runtime = None
-    if params.judge.backend == "model":
+    if params.judge.backed_by == "model":
         checkpoint = paths.model(params.solver.start)
         model = make_backend(params.backbone, checkpoint)
         runtime = model_runtime(params.backbone, "generate", checkpoint)
