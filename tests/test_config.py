@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import configparser
 import json
-import re
 import typing
 from collections import defaultdict
 from collections.abc import Iterator
@@ -346,21 +345,6 @@ def test_one_override_turns_on_every_bfcl_category() -> None:
     override = f"eval.pools=[benchmark,indist,{','.join(CATEGORIES)}]"
     pools = Params.model_validate(compose_config([override])).eval.pools
     assert pools == ["benchmark", "indist", *CATEGORIES]
-
-
-def _documented_options() -> dict[str, set[str]]:
-    """group -> the options docs/configuration.md's "Config groups" list names for it."""
-    text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
-    section = text.split("## Config groups", 1)[1].split("\n## ", 1)[0]
-    return {group: set(re.findall(r"`([\w-]+)`", options))
-            for group, options in re.findall(r"^- `(\w+)` \(([^)]*)\)", section, re.M)}
-
-
-def test_the_docs_list_every_option_of_every_group() -> None:
-    """One declaration per option: the files under conf/ are the source; the reference page names
-    each group and exactly its options."""
-    groups = {d.name: set(_options(d.name)) for d in CONF.iterdir() if d.is_dir()}
-    assert _documented_options() == groups
 
 
 # ----------------------------------------------------------------------------- one declaration each

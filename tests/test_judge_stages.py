@@ -148,8 +148,8 @@ def test_the_accept_stage_uses_the_configured_judge(run_project: Path, tasks, ju
     if not paths.judgements.exists():
         _stage(project, "judge")
     _paths(project, [f"judge={judge}"])
-    assert yaml.safe_load((project / "params.yaml").read_text())["judge"] == {"name": judge,
-                                                                          "graders": ["agent", "text"]}
+    assert yaml.safe_load((project / "params.yaml").read_text())["judge"] == {
+        "name": judge, "graders": ["agent", "text"], "backed_by": "scripted"}
     out = _stage(project, "accept")
     accepted = read_rows(paths.accepted_table, schemas.TRAJECTORIES)
     assert {POLICIES[r["attempt"]] for r in accepted} == policies

@@ -1,11 +1,10 @@
 """A new backend, benchmark, judge and sandbox provider each comes from its one registration: a
-module of a lab's own package (here a namespace package in a temporary folder) and the option that
-picks it, in a copy of ``conf/``. Nothing of this repository is edited, and the number of files
-each one needed is what docs/authoring.md says (issue 26)."""
+module of a lab's own package (here a namespace package in a temporary folder) and, where an option
+file picks it, that file in a copy of ``conf/``. Nothing of this repository is edited, and each
+test counts the files its kind needed (two at most)."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import sys
 import tempfile
@@ -136,25 +135,14 @@ def _register(kind: str, plugins: Path, conf: Path) -> set[Path]:
     return (_files(plugins) | _files(conf)) - before
 
 
-def _guide_counts() -> dict[str, int]:
-    """The files docs/authoring.md says each kind touches (its table's rows)."""
-    text = (REPO / "docs" / "authoring.md").read_text(encoding="utf-8")
-    return {kind: int(count) for kind, count in
-            re.findall(r"^\| (backend|benchmark|judge|sandbox provider) \|.*\| (\d) \|$", text, re.M)}
-
-
 def _params(conf: Path, override: str) -> Params:
     return Params.model_validate(compose_params(conf, [override]))
-
-
-def test_the_guide_states_a_count_for_every_kind() -> None:
-    assert _guide_counts() == {"backend": 2, "benchmark": 2, "judge": 2, "sandbox provider": 1}
 
 
 def test_a_toy_backend_serves_a_backbone(lab, tmp_path: Path) -> None:
     plugins, conf = lab
     touched = _register("backend", plugins, conf)
-    assert len(touched) == _guide_counts()["backend"]
+    assert len(touched) == 2  # the module and a backbone option
     backbone = _params(conf, "backbone=toy").backbone
     checkpoint = tmp_path / "checkpoint"
     checkpoint.mkdir()
@@ -167,7 +155,7 @@ def test_a_toy_backend_serves_a_backbone(lab, tmp_path: Path) -> None:
 def test_a_toy_benchmark_joins_the_evaluation_pools(lab, tmp_path: Path) -> None:
     plugins, conf = lab
     touched = _register("benchmark", plugins, conf)
-    assert len(touched) == _guide_counts()["benchmark"]
+    assert len(touched) == 2  # the module and an eval option
     params = _params(conf, "eval=toy")
     assert params.eval.pools == ["benchmark", "toylab.one_task"]
     built = BENCHMARKS.get("toylab.one_task")("toylab.one_task", params, params.paths)
@@ -181,7 +169,7 @@ def test_a_toy_benchmark_joins_the_evaluation_pools(lab, tmp_path: Path) -> None
 def test_a_toy_judge_grades_the_pool_and_accept_uses_it(lab, tmp_path: Path, contexts) -> None:
     plugins, conf = lab
     touched = _register("judge", plugins, conf)
-    assert len(touched) == _guide_counts()["judge"]
+    assert len(touched) == 2  # the module and a judge option
     judge = _params(conf, "judge=toy").judge
     packs_dir, table, out = tmp_path / "packs", tmp_path / "trajectories.parquet", tmp_path / "judge"
     write_packs(packs_dir, [c.pack for c in contexts[:2]])
@@ -202,7 +190,7 @@ def test_a_toy_judge_grades_the_pool_and_accept_uses_it(lab, tmp_path: Path, con
 def test_a_toy_sandbox_provider_runs_model_written_checks(lab, tmp_path: Path) -> None:
     plugins, conf = lab
     touched = _register("sandbox", plugins, conf)
-    assert len(touched) == _guide_counts()["sandbox provider"]
+    assert len(touched) == 1  # the module: sandbox.provider names it
     provider = _params(conf, "sandbox.provider=toylab.counted_sandbox").sandbox.provider
     if not sandbox.boundary_mode("namespaces").available:
         pytest.skip("the toy provider wraps the namespaces provider, unavailable here")
