@@ -32,7 +32,7 @@ from interlock.synthesis.catalog import load_catalog
 from interlock.synthesis.packs import compile_pack
 from interlock.testing.authors import served
 
-DEFAULTS = default_params()
+DEFAULTS = default_params(["generator=llm"])  # the sizes are the default scale's
 SIZE = DEFAULTS.scale.task_size.build()  # the default scale's task size
 SEED = 5
 TAIL = DEFAULTS.synthesis.similarity_threshold  # recursive synthesis's similarity threshold
@@ -47,8 +47,9 @@ def main() -> None:
     domains = catalog.split("train")[:args.domains]
     graphs = fault_graphs(domains, SIZE, SEED)
     start = time.perf_counter()
-    settings = settings_of(default_params(["generator=llm"]).generator, seed=0)
-    run = write_with_faults(graphs, catalog, settings, serve=functools.partial(served, max_in_flight=16))
+    generator = DEFAULTS.generator
+    run = write_with_faults(graphs, catalog, settings_of(generator, seed=0),
+                            serve=functools.partial(served, max_in_flight=generator.server.max_in_flight))
     authored_s = time.perf_counter() - start
     start = time.perf_counter()
     rows = fault_table(run, catalog)

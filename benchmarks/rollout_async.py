@@ -43,13 +43,6 @@ TARGET_RATIO = 2.0
 SCHEDULES = ("lockstep", "async")
 
 
-def client_limits(**changes) -> dict:
-    """The openai client's limits as conf/ declares them (backbone.server), with ``changes``."""
-    from interlock.core.config import default_params
-
-    return default_params().backbone.server.replace(**changes).client_limits()
-
-
 def tasks(count: int, seed: int) -> list:
     """``count`` compiled tasks of the training domains, at the default scale's task size."""
     from interlock.core.config import default_params
@@ -76,7 +69,7 @@ def run_side(schedule: str, contexts: list, args: argparse.Namespace) -> tuple[d
     from interlock.models.openai_backend import OpenAIBackend
     from interlock.rollout.engine import RolloutLimits, run_episodes
     from interlock.rollout.runs import plan_episodes
-    from interlock.testing.loopback_server import LoopbackServer, ScriptedAgent
+    from interlock.testing.loopback_server import LoopbackServer, ScriptedAgent, client_limits
 
     agent = ScriptedAgent(seed=args.seed, median_tokens=args.median_tokens, sigma=args.sigma,
                           seconds_per_token=args.ms_per_token / 1000, error_rate=args.error_rate)
@@ -109,6 +102,7 @@ def behaviours(contexts: list, args: argparse.Namespace) -> dict:
         Answer,
         LoopbackServer,
         ScriptedAgent,
+        client_limits,
         completion_body,
         error_body,
     )

@@ -37,7 +37,8 @@ from interlock.synthesis.blueprints import generate_blueprints  # noqa: E402
 from interlock.synthesis.catalog import load_catalog  # noqa: E402
 
 PUBLISHED_TASKS, PUBLISHED_ROUNDS = 37_484, 15
-RST = default_params(["synthesis=rst"]).synthesis  # operators, novelty power and tail threshold
+DEFAULTS = default_params(["synthesis=rst"])  # the default scale's task size
+RST = DEFAULTS.synthesis  # operators, novelty power and tail threshold
 TARGET_SECONDS = 15 * 60
 TARGET_RSS_RATIO = 1.5  # last round's peak resident memory against the first's
 
@@ -48,7 +49,7 @@ def rss_mib() -> float:
 
 def seed_tasks(count: int, seed: int) -> tuple[list, object]:
     catalog = load_catalog(None)
-    size = default_params().scale.task_size.build()
+    size = DEFAULTS.scale.task_size.build()
     domains = len(catalog.split("train"))
     per_domain = math.ceil(count / domains)
     blueprints = list(generate_blueprints(catalog, seed=seed, train_domains=domains, heldout_domains=0,

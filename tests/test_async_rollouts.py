@@ -28,6 +28,7 @@ from interlock.testing.loopback_server import (
     LoopbackServer,
     Request,
     ScriptedAgent,
+    client_limits,
     completion_body,
     error_body,
 )
@@ -35,7 +36,6 @@ from interlock.testing.loopback_server import (
 from helpers.artifacts import kill_when_parts_are_written
 from helpers.config import defaults
 from helpers.repo import command_timeout
-from helpers.servers import client_limits
 
 #: quick replies: the tests time behaviour, not throughput
 AGENT = ScriptedAgent(seed=5, median_tokens=8, sigma=1.0, first_token_s=0.002, seconds_per_token=0.0005)

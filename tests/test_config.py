@@ -349,23 +349,24 @@ def test_one_override_turns_on_every_bfcl_category() -> None:
 
 # ----------------------------------------------------------------------------- one declaration each
 
+def _leaves(node: object, key: str = "") -> Iterator[tuple[str, object]]:
+    """(dotted key, value) of every leaf of a config tree (an empty mapping is a leaf too)."""
+    if isinstance(node, dict) and node:
+        for name, value in node.items():
+            yield from _leaves(value, f"{key}.{name}" if key else str(name))
+    else:
+        yield key, node
+
+
 def _written(path: Path, conf: Path = CONF) -> Iterator[tuple[str, str]]:
     """(dotted key, value as JSON) of every leaf ``path`` writes itself (not what its defaults list
     brings), under the package the file lands in: its group's, or the root for ``_global_``."""
     text = path.read_text(encoding="utf-8")
     group = path.parent.relative_to(conf).as_posix().replace("/", ".")
     package = "" if "@package _global_" in text or group == "." else group
-
-    def leaves(node: object, key: str) -> Iterator[tuple[str, str]]:
-        if isinstance(node, dict) and node:
-            for name, value in node.items():
-                yield from leaves(value, f"{key}.{name}" if key else str(name))
-        else:
-            yield key, json.dumps(node)
-
     written = yaml.safe_load(text) or {}
     written.pop("defaults", None)
-    yield from leaves(written, package)
+    yield from ((key, json.dumps(value)) for key, value in _leaves(written, package))
 
 
 def test_no_value_is_written_by_two_files_of_conf() -> None:
@@ -448,21 +449,14 @@ def _library_defaults(source: Path) -> Iterator[tuple[str, int, object]]:
                 continue
 
 
-def _conf_values(node: object, key: str = "") -> Iterator[tuple[str, object]]:
-    if isinstance(node, dict):
-        for name, value in node.items():
-            yield from _conf_values(value, str(name))
-    elif isinstance(node, int | float | str) and not isinstance(node, bool):
-        yield key, node
-
-
 def test_the_library_writes_no_default_of_conf_again() -> None:
     """A literal default in src/ equal to a conf value of the same name (``max_retries: int = 5``
     beside conf/server's ``max_retries: 5``) is the option's default written twice: the caller
     passes the option instead. The exceptions are the library's own defaults, listed with why."""
     conf = defaultdict(list)
-    for name, value in _conf_values(compose_config()):
-        conf[name].append(value)
+    for key, value in _leaves(compose_config()):
+        if isinstance(value, int | float | str) and not isinstance(value, bool):
+            conf[key.rsplit(".", 1)[-1]].append(value)
     library = ROOT / "src" / "interlock"
     found = {}
     for source in sorted(library.rglob("*.py")):

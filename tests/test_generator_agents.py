@@ -44,10 +44,9 @@ from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.graph import build_graph
 from interlock.synthesis.tasks import TaskContext
 from interlock.testing.authors import ServedAuthor, served
-from interlock.testing.loopback_server import LoopbackServer
+from interlock.testing.loopback_server import LoopbackServer, client_limits
 
 from helpers.config import defaults
-from helpers.servers import client_limits
 
 LIMITS = Limits()
 LLM = defaults("generator=llm").generator  # the llm generator as conf/ declares it (served by openai)

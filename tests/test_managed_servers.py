@@ -22,10 +22,10 @@ from interlock.core.backend import ChatRequest, releasing
 from interlock.core.chat import Message
 from interlock.models.openai_backend import OpenAIBackend
 from interlock.models.serving import ManagedServer, ServedBackend, ServerExited, free_port
+from interlock.testing.loopback_server import client_limits
 
 from helpers.config import defaults
 from helpers.repo import REPO, command_timeout
-from helpers.servers import client_limits
 
 #: a server answering /health, that starts a child (its "engine") and writes both pids to a file;
 #: it exits on its own after ``die_after`` seconds when that is given

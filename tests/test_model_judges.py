@@ -42,7 +42,7 @@ from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.packs import TaskPack
 from interlock.synthesis.tasks import TaskContext
 from interlock.testing.adversaries import PLANS
-from interlock.testing.loopback_server import Answer, LoopbackServer, completion_body
+from interlock.testing.loopback_server import Answer, LoopbackServer, client_limits, completion_body
 
 from helpers.judges import (
     JudgeDouble,
@@ -54,7 +54,6 @@ from helpers.judges import (
     prompt_text,
     saying,
 )
-from helpers.servers import client_limits
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the commit before this change: the lenient parsers, as they landed

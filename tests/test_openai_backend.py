@@ -12,8 +12,9 @@ from interlock.core.backend import ChatRequest
 from interlock.core.chat import Message
 from interlock.models.openai_backend import OpenAIBackend
 from interlock.models.serving import free_port
+from interlock.testing.loopback_server import client_limits
 
-from helpers.servers import check_rollouts_through, client_limits, serving
+from helpers.servers import check_rollouts_through, serving
 
 SERVE = Path(sys.executable).with_name("transformers")
 

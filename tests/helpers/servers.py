@@ -18,8 +18,8 @@ from interlock.rollout.engine import RolloutLimits, run_episodes
 from interlock.rollout.runs import plan_episodes
 from interlock.rollout.trajectory import FINISH_REASONS
 from interlock.synthesis.tasks import TaskContext
+from interlock.testing.loopback_server import client_limits
 
-from helpers.config import defaults
 from helpers.repo import command_timeout
 
 
@@ -53,11 +53,6 @@ def vllm_processes_in(root: Path) -> list[str]:
         except OSError:
             continue
     return found
-
-
-def client_limits(**changes) -> dict[str, int | float]:
-    """The openai client's limits as conf/ declares them (backbone.server), with ``changes``."""
-    return defaults().backbone.server.replace(**changes).client_limits()
 
 
 def check_rollouts_through(server: str, checkpoint, tasks, work) -> None:

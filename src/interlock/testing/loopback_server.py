@@ -12,6 +12,7 @@ lockstep-against-async test needs.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from interlock.core.config import ServerConfig, default_params
 from interlock.core.seeds import stable_seed
 
 #: a request body larger than this is refused (413): the server is bounded in what it reads too
@@ -217,3 +219,15 @@ class LoopbackServer:
         for server in self._servers:
             server.shutdown()
             server.server_close()
+
+
+def client_limits(**changes: int | float) -> dict[str, int | float]:
+    """The openai client's limits as conf/ declares them (``backbone.server``), with ``changes``:
+    what a test or a benchmark hands :class:`~interlock.models.openai_backend.OpenAIBackend` for a
+    loopback server."""
+    return _declared_server().replace(**changes).client_limits()
+
+
+@functools.cache
+def _declared_server() -> ServerConfig:
+    return default_params().backbone.server
