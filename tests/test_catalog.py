@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from interlock.core.errors import InterlockError
+from interlock.core.registry import COUPLING_KINDS, DECISION_KINDS, EFFECT_KINDS
 from interlock.core.resources import resource
 from interlock.synthesis.catalog import CATALOG, Domain, check_catalog, load_catalog
-from interlock.synthesis.kinds import CouplingKindName, DecisionKindName, EffectKindName
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +37,9 @@ def test_no_heldout_signature_in_training(shipped):
 
 def test_training_uses_every_kind(shipped):
     train = shipped.split("train")
-    assert {d.decision.kind for d in train} == set(DecisionKindName.__args__)
-    assert {c for d in train for c in d.couplings} == set(CouplingKindName.__args__)
-    assert {e.kind for d in train for e in d.effects} == set(EffectKindName.__args__)
+    assert {d.decision.kind for d in train} == set(DECISION_KINDS)
+    assert {c for d in train for c in d.couplings} == set(COUPLING_KINDS)
+    assert {e.kind for d in train for e in d.effects} == set(EFFECT_KINDS)
 
 
 def test_design_example_is_declared(shipped):

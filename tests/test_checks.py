@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from interlock.core.chat import ToolCall
+from interlock.core.registry import COUPLING_KINDS
 from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
 from interlock.synthesis.blueprints import make_blueprint
@@ -28,7 +29,6 @@ from interlock.synthesis.checks import (
     unrequired_changes,
 )
 from interlock.synthesis.graph import build_graph
-from interlock.synthesis.kinds.couplings import COUPLING_KINDS
 from interlock.synthesis.kinds.effects import REGISTER_PATH, Realization, document_text
 from interlock.synthesis.oracle import replay
 from interlock.synthesis.packs import compile_pack

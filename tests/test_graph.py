@@ -11,6 +11,7 @@ import pytest
 
 from interlock.core.config import compose_params
 from interlock.core.errors import InterlockError
+from interlock.core.registry import COUPLING_KINDS, DECISION_KINDS, EFFECT_KINDS
 from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
 from interlock.synthesis.blueprints import make_blueprint
@@ -22,9 +23,6 @@ from interlock.synthesis.graph import (
     graph_rows,
     graphs_from_rows,
 )
-from interlock.synthesis.kinds.couplings import COUPLING_KINDS
-from interlock.synthesis.kinds.decisions import DECISION_KINDS
-from interlock.synthesis.kinds.effects import EFFECT_KINDS
 from interlock.synthesis.oracle import oracle_calls
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

@@ -9,6 +9,7 @@ import dataclasses
 
 import pytest
 
+from interlock.core.registry import EFFECT_KINDS
 from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
 from interlock.review.controls import run_reference
@@ -17,7 +18,7 @@ from interlock.review.static import review_pack
 from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.checks import View, run_check
 from interlock.synthesis.graph import build_graph
-from interlock.synthesis.kinds.effects import EFFECT_KINDS, REGISTER_PATH
+from interlock.synthesis.kinds.effects import REGISTER_PATH
 from interlock.synthesis.packs import Criterion, compile_pack
 from interlock.synthesis.workspace import MemoryStore
 

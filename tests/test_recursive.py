@@ -26,6 +26,7 @@ from interlock.core.config import Params, SynthesisConfig, load_params, write_pa
 from interlock.core.errors import InterlockError
 from interlock.core.io import dumps, iter_row_groups, loads, read_rows, write_table
 from interlock.core.paths import Paths
+from interlock.core.registry import EFFECT_KINDS, OPERATORS
 from interlock.core.types import INDIST_POOL, TaskSize
 from interlock.recursive import rounds
 from interlock.recursive.contract import (
@@ -40,7 +41,7 @@ from interlock.recursive.contract import (
     task_diff,
 )
 from interlock.recursive.declaration import derive
-from interlock.recursive.operators import OPERATORS, NotApplicable, Rewrite
+from interlock.recursive.operators import NotApplicable, Rewrite
 from interlock.recursive.similarity import similarity, tail_share
 from interlock.recursive.stage import PLOT_COLUMNS, run_grow, seed_pool
 from interlock.recursive.validation import Task, compile_task, validate
@@ -50,7 +51,6 @@ from interlock.synthesis.blueprints import Blueprint, generate_blueprints, make_
 from interlock.synthesis.catalog import Catalog, Domain, load_catalog
 from interlock.synthesis.checks import View, run_check
 from interlock.synthesis.graph import CompletionGraph, graph_rows
-from interlock.synthesis.kinds.effects import EFFECT_KINDS
 from interlock.synthesis.oracle import replay
 from interlock.synthesis.packs import REQUEST_PATH, Criterion, TaskPack, pack_rows
 from interlock.synthesis.stage import run_blueprints, run_domains, run_graphs, run_packs

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from interlock.core.errors import InterlockError
+from interlock.core.registry import EFFECT_KINDS
 from interlock.core.seeds import stable_seed
 from interlock.core.types import TaskSize
 from interlock.review.scope import overreach, scope_problems, task_scope
@@ -23,7 +24,6 @@ from interlock.review.static import review_pack
 from interlock.synthesis.blueprints import make_blueprint
 from interlock.synthesis.catalog import load_catalog
 from interlock.synthesis.graph import build_graph
-from interlock.synthesis.kinds.effects import EFFECT_KINDS
 from interlock.synthesis.packs import ONLY_LINE, REQUEST_PATH, compile_pack, requested_effects
 
 #: the (domain, effects requested) whose domain description never names an effect the task leaves

@@ -4,6 +4,8 @@ and behind ``TYPE_CHECKING``), and what it says about packages and stages."""
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
 from functools import cache
 from pathlib import Path
 
@@ -48,7 +50,7 @@ def imports_of(path: Path) -> frozenset[str]:
 
 @cache
 def registries() -> dict[str, str]:
-    """Each registry of ``interlock.core.registry``: its variable -> the package its providers live in."""
+    """Each registry of ``interlock.core.registry``: its variable -> its entry-point group."""
     tree = ast.parse((PACKAGE / "core" / "registry.py").read_text(encoding="utf-8"))
     return {node.targets[0].id if isinstance(node, ast.Assign) else node.target.id: node.value.args[1].value
             for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
@@ -56,17 +58,24 @@ def registries() -> dict[str, str]:
 
 
 @cache
+def plugins() -> dict[str, frozenset[str]]:
+    """Each entry-point group -> the modules of this repository's plugins in it (pyproject.toml)."""
+    with (REPO / "pyproject.toml").open("rb") as handle:
+        groups = tomllib.load(handle)["project"]["entry-points"]
+    return {group: frozenset(value.split(":")[0] for value in lines.values())
+            for group, lines in groups.items() if group.startswith("interlock.")}
+
+
+@cache
 def providers_of(path: Path) -> frozenset[str]:
-    """The modules a file may import by name through a registry (``BACKENDS.get(...)``): every module
-    of the registry's package that registers a provider. (Not an import statement, so not part of
-    the cycle check: a provider imports its registry, which loads it on demand.)"""
+    """The modules a file may import by name through a registry (``BACKENDS.get(name)``,
+    ``DECISION_KINDS[name]``, ``EFFECT_KINDS.items()``): every plugin of that registry. (Not an
+    import statement, so not part of the cycle check: a plugin may import what looks it up.)"""
     text = path.read_text(encoding="utf-8")
     found: set[str] = set()
-    for variable, package in registries().items():
-        if f"{variable}.get(" in text:
-            modules = SRC.joinpath(*package.split(".")).glob("*.py")
-            found.update(module_name(module) for module in modules
-                         if f"{variable}.register(" in module.read_text(encoding="utf-8"))
+    for variable, group in registries().items():
+        if re.search(rf"\b{variable}(?:\[|\.get\(|\.items\(|\.values\()", text):
+            found.update(plugins().get(group, ()))
     return frozenset(found)
 
 

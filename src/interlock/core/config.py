@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from interlock.core.errors import InterlockError
 from interlock.core.paths import Paths
-from interlock.core.registry import BACKENDS, BENCHMARKS, JUDGES, SANDBOXES
+from interlock.core.registry import BACKENDS, BENCHMARKS, JUDGES, OPERATORS, SANDBOXES
 from interlock.core.types import POOLS, TaskSize
 
 
@@ -117,8 +117,8 @@ class JudgeConfig(_Strict):
     backs the judges (``backed_by``): scripted programs (the agent judge runs the compiled checks, the
     text judge believes claims), or the starting checkpoint's model as well (it reads transcripts
     and, for the agent judge, inspects files and writes checks of its own). Options that differ
-    only in ``name`` re-run nothing before ``accept``. Names are judges registered in
-    ``interlock.judging`` (:data:`~interlock.core.registry.JUDGES`)."""
+    only in ``name`` re-run nothing before ``accept``. Names are registered judges
+    (:data:`~interlock.core.registry.JUDGES`)."""
 
     name: str
     graders: list[str] = Field(min_length=1)
@@ -144,7 +144,7 @@ class JudgeConfig(_Strict):
 
 
 class SandboxConfig(_Strict):
-    """Where model-written checks run: a provider registered in ``interlock.judging.sandboxes``
+    """Where model-written checks run: a registered provider
     (:data:`~interlock.core.registry.SANDBOXES`), or ``auto``: the first this machine can build."""
 
     provider: str
@@ -215,7 +215,7 @@ class BackboneConfig(_Strict):
 
     name: str
     weights: Weights
-    backend: str  # a backend registered in interlock.models (interlock.core.registry.BACKENDS)
+    backend: str  # a registered backend (interlock.core.registry.BACKENDS)
     dtype: Literal["auto", "float32", "bfloat16", "float16"]  # auto: measured (interlock.models.dtype)
     gguf: Literal["F32", "Q8_0"]  # llamacpp: which of the checkpoint's GGUF files it serves
     max_context: int = Field(ge=16)
@@ -314,7 +314,7 @@ class EvalConfig(_Strict):
 
     name: str
     models: list[str] = Field(min_length=1)
-    #: benchmarks registered in interlock.evaluation (:data:`~interlock.core.registry.BENCHMARKS`):
+    #: registered benchmarks (:data:`~interlock.core.registry.BENCHMARKS`):
     #: the built-in pools of admitted tasks (``benchmark``: held-out; ``indist``: unseen tasks of
     #: the training domains; ``dev``) and BFCL v4's
     #: multi-turn categories, one pool each (``bfcl`` is multi_turn_base; sized by
@@ -369,6 +369,11 @@ class SynthesisConfig(_Strict):
     novelty_power: float = Field(gt=0)  # novelty weight = (1 - nearest-neighbour similarity) ** power
     similarity_threshold: float = Field(gt=0, le=1)  # the tail: tasks whose nearest neighbour is above it
     match_rollouts: bool  # roll out as many rft tasks as the base pool has, drawn from the grown pool
+
+    @field_validator("operators")
+    @classmethod
+    def _registered_operators(cls, operators: list[str]) -> list[str]:
+        return [OPERATORS.check(name) for name in operators]
 
     @model_validator(mode="after")
     def _compare_with_another_sampler(self) -> SynthesisConfig:

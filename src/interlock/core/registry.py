@@ -1,116 +1,175 @@
-"""Providers of one kind (model backends, benchmarks, judges, sandboxes) by the name an option
-gives them. Each registers itself once, in its own module, so adding one touches its module and
-the option that picks it, nothing else (docs/authoring.md, tests/test_registries.py). The four
-registries are declared here, at the bottom layer, so the typed config can check a name against
-them without importing any provider; what each kind must provide is its protocol, beside its
-users (``interlock.models.backends``, ``interlock.evaluation.benchmarks``,
-``interlock.judging.judges``, ``interlock.judging.sandboxes``).
+"""Plugins of one kind (model backends, benchmarks, judges, sandbox providers, rewrite operators,
+decision, coupling and effect kinds), found by name through Python entry points: one mechanism,
+the one pytest and Inspect AI use, so a plugin can live in this repository or in a package of
+your own, and is registered by one line (docs/authoring.md, tests/test_registries.py).
 
-- A module of the kind's package registers with ``@REGISTRY.register("name")`` (several names per
-  module are fine: one per BFCL category). The registry finds a name by reading the package's
-  modules (``ast``, nothing imported) and imports only the one that registers it: some providers
-  pull in torch, vLLM or a C library, and a stage needs one of them.
-- A dotted name, ``mylab.fast_backend``, is a module of your own outside this repository: it is
-  imported and must register that very name.
+- Registering: a line in the ``[project.entry-points."interlock.<group>"]`` table of a
+  ``pyproject.toml``, ``name = "module:attribute"``. This repository's own plugins are the lines of
+  its ``pyproject.toml``; where the package runs from a checkout (``pip install -e .``), that file
+  is read directly, so a line added there counts without reinstalling. A package of your own
+  declares its lines in its ``pyproject.toml`` and is installed.
+- Finding: names are read from the metadata (nothing imported); ``get`` imports the one module a
+  name points to. Some plugins pull in torch, vLLM or a C library, and a stage needs one of them.
+- Two distributions that register one name are refused, naming both.
 """
 
 from __future__ import annotations
 
-import ast
-import importlib
-import importlib.util
-import os
-import pkgutil
+import sys
+import tomllib
 from collections.abc import Callable, Iterator
 from functools import cache
+from importlib import metadata
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from interlock.core.errors import InterlockError
 
 T = TypeVar("T")
 
+#: the distribution this package is
+DISTRIBUTION = "interlock"
+#: the project file of a checkout this package runs from (``src/interlock/core/registry.py``)
+CHECKOUT_PROJECT = Path(__file__).resolve().parents[3] / "pyproject.toml"
+
+
+#: every registry's entry-point group
+GROUPS: list[str] = []
+
 
 class Registry(Generic[T]):
-    """Providers of one ``kind``, the built-in ones in the modules of ``package``."""
+    """Plugins of one ``kind``, registered in the entry-point group ``group``."""
 
-    def __init__(self, kind: str, package: str, variable: str, *, field: str | None = None) -> None:
-        """``variable``: the module-level name the registry is bound to (``BACKENDS``), by which
-        registrations are recognised in a module's source; ``field``: the config field that names
-        providers of this kind, for errors."""
-        self.kind, self.package, self.variable, self.field = kind, package, variable, field
-        self._entries: dict[str, T] = {}
-
-    def register(self, name: str) -> Callable[[T], T]:
-        """Decorator: register the decorated class or function under ``name``."""
-
-        def decorate(provider: T) -> T:
-            if self._entries.get(name, provider) is not provider:
-                raise InterlockError(f"two {self.kind}s are registered as {name!r}", field=self.field)
-            self._entries[name] = provider
-            return provider
-
-        return decorate
+    def __init__(self, kind: str, group: str, *, field: str | None = None,
+                 build: Callable[[str, Any], T] | None = None) -> None:
+        """``field``: the config field that names plugins of this kind, for errors; ``build``: what
+        makes the registered object into the plugin, once (a kind's class into its instance)."""
+        self.kind, self.group, self.field, self.build = kind, group, field, build
+        self._loaded: dict[tuple[str, str], T] = {}
+        GROUPS.append(group)
 
     def get(self, name: str) -> T:
-        """The provider registered as ``name``, importing its module first if need be."""
-        if name not in self._entries:
-            module = self._module_for(name)
-            if module is not None:
-                importlib.import_module(module)
-        try:
-            return self._entries[name]
-        except KeyError:
-            raise InterlockError(f"no {self.kind} named {name!r} (known: {', '.join(self.names())}); "
-                                 f"docs/authoring.md shows how to add one", field=self.field) from None
+        """The plugin registered as ``name``, its module imported on first use."""
+        target = self._targets().get(name)
+        if target is None:
+            raise InterlockError(f"no {self.kind} named {name!r} (known: {', '.join(sorted(self.names()))}); "
+                                 f"a plugin registers in the entry-point group {self.group!r} "
+                                 "(docs/authoring.md)", field=self.field)
+        if target not in self._loaded:
+            loaded = metadata.EntryPoint(name, target[1], self.group).load()
+            self._loaded[target] = self.build(name, loaded) if self.build else loaded
+        return self._loaded[target]
+
+    def __getitem__(self, name: str) -> T:
+        return self.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._targets()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
 
     def check(self, name: str) -> str:
-        """``name`` if some module provides it, without importing it (for validating configs)."""
-        if name not in self._entries and self._module_for(name) is None:
-            raise ValueError(f"no {self.kind} named {name!r} (known: {', '.join(self.names())})")
+        """``name`` if some plugin is registered as it, nothing imported (for validating configs)."""
+        if name not in self._targets():
+            raise ValueError(f"no {self.kind} named {name!r} (known: {', '.join(sorted(self.names()))})")
         return name
 
     def names(self) -> list[str]:
-        """Every name registered, or registered by a module of the package (read, not imported)."""
-        return sorted(set(self._entries) | {name for _, names in self._declarations() for name in names})
+        """Every registered name, in the order this package declares its own, then the others'."""
+        return list(self._targets())
 
-    def _module_for(self, name: str) -> str | None:
-        if "." in name:
-            try:
-                return name if importlib.util.find_spec(name) is not None else None
-            except ModuleNotFoundError:  # a parent package that does not exist
-                return None
-        return next((module for module, names in self._declarations() if name in names), None)
+    def items(self) -> list[tuple[str, T]]:
+        """Every plugin, each loaded (for the kinds, which are read together)."""
+        return [(name, self.get(name)) for name in self.names()]
 
-    def _declarations(self) -> Iterator[tuple[str, set[str]]]:
-        """``(module, names it registers)`` for each module of the package, from its source."""
-        spec = importlib.util.find_spec(self.package)
-        for info in pkgutil.iter_modules(spec.submodule_search_locations if spec else []):
-            module = f"{self.package}.{info.name}"
-            origin = importlib.util.find_spec(module).origin
-            if info.ispkg or not origin or not origin.endswith(".py"):
-                continue
-            yield module, _registered_in(origin, os.stat(origin).st_mtime_ns, self.variable)
+    def values(self) -> list[T]:
+        return [plugin for _, plugin in self.items()]
+
+    def _targets(self) -> dict[str, tuple[str, str]]:
+        """name -> (distribution, ``module:attribute``)."""
+        return _registered(self.group, tuple(sys.path), _checkout_version())
+
+
+def plugin_folders() -> list[str]:
+    """The folders holding the installed distributions that register plugins, this package aside:
+    what an interpreter started isolated (``python -I``: the judge's check workers) puts on its
+    path to find the same plugins as this process."""
+    return sorted({str(entry.dist.locate_file("")) for group in GROUPS
+                   for entry in metadata.entry_points(group=group)
+                   if entry.dist is not None and _normal(entry.dist.name) != DISTRIBUTION})
+
+
+def _checkout_version() -> int | None:
+    """The project file's modification time where this package runs from a checkout, else None."""
+    try:
+        return CHECKOUT_PROJECT.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 @cache
-def _registered_in(path: str, mtime_ns: int, variable: str) -> frozenset[str]:
-    """The literal names of a module's ``<variable>.register("name")`` calls (cached per version of
-    the file: configs are validated often)."""
-    with open(path, encoding="utf-8") as handle:
-        tree = ast.parse(handle.read(), path)
-    return frozenset(call.args[0].value for call in ast.walk(tree)
-                     if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-                     and call.func.attr == "register" and isinstance(call.func.value, ast.Name)
-                     and call.func.value.id == variable and call.args
-                     and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str))
+def _registered(group: str, path: tuple[str, ...], checkout: int | None) -> dict[str, tuple[str, str]]:
+    """The group's registrations on this import path (cached per path and version of the checkout's
+    project file: configs are checked often). The checkout's own lines stand in for the metadata
+    installed from them, which may be older."""
+    own = _checkout_lines(group) if checkout is not None else None
+    found: dict[str, tuple[str, str]] = {}
+    if own is not None:
+        found.update((name, (DISTRIBUTION, value)) for name, value in own.items())
+    for entry in metadata.entry_points(group=group):
+        owner = entry.dist.name if entry.dist is not None else "?"
+        if own is not None and _normal(owner) == DISTRIBUTION:
+            continue
+        if entry.name in found and found[entry.name] != (owner, entry.value):
+            first, where = found[entry.name]
+            raise InterlockError(f"two plugins are registered as {entry.name!r} in {group!r}: "
+                                 f"{first} ({where}) and {owner} ({entry.value})")
+        found[entry.name] = (owner, entry.value)
+    return found
+
+
+def _checkout_lines(group: str) -> dict[str, str] | None:
+    """The group's lines in the checkout's project file, or None where it is not this project's."""
+    try:
+        with CHECKOUT_PROJECT.open("rb") as handle:
+            project = tomllib.load(handle).get("project", {})
+    except tomllib.TOMLDecodeError as error:
+        raise InterlockError(f"cannot read the plugins of {group!r}: {error}",
+                             file=str(CHECKOUT_PROJECT)) from None
+    if _normal(project.get("name", "")) != DISTRIBUTION:
+        return None
+    return dict(project.get("entry-points", {}).get(group, {}))
+
+
+def _normal(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+def _instance(name: str, plugin: type) -> Any:
+    """A class registered as ``name`` (a kind, an operator), made once; its ``name`` is the
+    registered one, since graphs, contracts and reports record it."""
+    if getattr(plugin, "name", name) != name:
+        raise InterlockError(f"{plugin.__module__}.{plugin.__qualname__} is registered as {name!r} "
+                             f"but names itself {plugin.name!r}")
+    return plugin()
 
 
 #: model backends (``backbone.backend``): factories ``(BackboneConfig, checkpoint) -> ChatBackend``
-BACKENDS: Registry[Any] = Registry("backend", "interlock.models", "BACKENDS", field="backbone.backend")
+BACKENDS: Registry[Any] = Registry("backend", "interlock.backends", field="backbone.backend")
 #: benchmarks (``eval.pools``): factories ``(name, Params, Paths) -> Benchmark``
-BENCHMARKS: Registry[Any] = Registry("benchmark", "interlock.evaluation", "BENCHMARKS", field="eval.pools")
+BENCHMARKS: Registry[Any] = Registry("benchmark", "interlock.benchmarks", field="eval.pools")
 #: judges (``judge.name``, ``judge.graders``): factories ``(JudgeContext) -> Judge``
-JUDGES: Registry[Any] = Registry("judge", "interlock.judging", "JUDGES", field="judge.graders")
+JUDGES: Registry[Any] = Registry("judge", "interlock.judges", field="judge.graders")
 #: sandboxes for model-written checks (``sandbox.provider``): :class:`SandboxProvider` classes
-SANDBOXES: Registry[Any] = Registry("sandbox", "interlock.judging.sandboxes", "SANDBOXES",
-                                    field="sandbox.provider")
+SANDBOXES: Registry[Any] = Registry("sandbox", "interlock.sandboxes", field="sandbox.provider")
+#: rewrite operators of recursive synthesis (``synthesis.operators``): :class:`Operator` classes
+OPERATORS: Registry[Any] = Registry("rewrite operator", "interlock.rewrite_operators",
+                                    field="synthesis.operators", build=_instance)
+#: the three node kinds of a completion graph, each a class whose instance the graph code asks
+DECISION_KINDS: Registry[Any] = Registry("decision kind", "interlock.decision_kinds",
+                                         field="decision.kind", build=_instance)
+COUPLING_KINDS: Registry[Any] = Registry("coupling kind", "interlock.coupling_kinds",
+                                         field="couplings", build=_instance)
+EFFECT_KINDS: Registry[Any] = Registry("effect kind", "interlock.effect_kinds",
+                                       field="effects.kind", build=_instance)

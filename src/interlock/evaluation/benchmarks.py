@@ -28,9 +28,10 @@ intervals, plots). The contract:
 
 **Adding an external benchmark** (AutomationBench, JobBench and Harvey LAB are not available
 offline; BFCL v4 multi-turn is in :mod:`interlock.evaluation.bfcl`, a pool per category): write a
-class with these methods in a module under ``interlock.evaluation`` and register a factory for
-its pool name there (:data:`BENCHMARKS`, ``(name, params, paths) -> Benchmark``); ``eval.pools``
-then takes the name (docs/authoring.md).
+class with these methods and register a factory ``(name, params, paths) -> Benchmark`` for its
+pool name by one line in the entry-point group ``interlock.benchmarks``
+(:data:`~interlock.core.registry.BENCHMARKS`); ``eval.pools`` then takes the name
+(docs/authoring.md).
 
 - *AutomationBench-style* (a business workflow with an end-state check): ``tasks()`` from its task
   files; ``rollout`` turns each starting state into a workspace and a request and runs them
@@ -77,7 +78,6 @@ from interlock.core.config import Params
 from interlock.core.errors import InterlockError
 from interlock.core.io import batched, dumps
 from interlock.core.paths import Paths
-from interlock.core.registry import BENCHMARKS
 from interlock.evaluation.metrics import EpisodeResult, grade_episode
 from interlock.rollout.engine import EpisodeLimits, RolloutLimits
 from interlock.rollout.runs import plan_episodes, run_rollouts
@@ -214,9 +214,6 @@ class AdmittedPool:
             self._own_judge = self._judge = None
 
 
-@BENCHMARKS.register("dev")
-@BENCHMARKS.register("benchmark")
-@BENCHMARKS.register("indist")
 def admitted_pool(name: str, params: Params, paths: Paths) -> AdmittedPool:
     """The admitted tasks of a built-in pool, played under the run's episode rules."""
     return AdmittedPool.from_paths(paths, load_domains(paths.domains), name,

@@ -62,7 +62,6 @@ from interlock.core.config import Params
 from interlock.core.errors import InterlockError
 from interlock.core.io import dumps
 from interlock.core.paths import Paths
-from interlock.core.registry import BENCHMARKS
 from interlock.evaluation.benchmarks import RunSettings, rollout_id
 from interlock.evaluation.metrics import EpisodeResult
 from interlock.rollout.engine import Episode, EpisodeLimits
@@ -418,10 +417,6 @@ def _check(task: BfclTask, turns: list[list[list[str]]], truth: list[list[str]])
         _forget(name)
 
 
-@BENCHMARKS.register("bfcl")
-@BENCHMARKS.register("bfcl_miss_param")
-@BENCHMARKS.register("bfcl_miss_func")
-@BENCHMARKS.register("bfcl_long_context")
 def build(name: str, params: Params, paths: Paths) -> BfclMultiTurn:
     """One pool per BFCL multi-turn category (:data:`CATEGORIES`), the first
     ``scale.evaluation.bfcl_tasks`` of it."""

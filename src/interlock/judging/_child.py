@@ -49,6 +49,8 @@ import sys
 import time
 
 #: the folder holding the ``interlock`` package this file belongs to (the checkout's ``src``)
+#: the environment variable that hands a worker the folders of installed plugins
+PLUGIN_PATH = "INTERLOCK_PLUGIN_PATH"
 LIBRARY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -509,6 +511,8 @@ def worker(options: dict[str, float]) -> None:
     # from the installed package: a queued experiment (a copy of the checkout) would be judged by
     # the main workspace's code. This file lies in <library>/interlock/judging/.
     sys.path.insert(0, LIBRARY)
+    # the folders of installed plugins (a kind of yours the checks look up), wherever they lie
+    sys.path[1:1] = [folder for folder in os.environ.get(PLUGIN_PATH, "").split(os.pathsep) if folder]
     from interlock.synthesis.checks import View, run_check
     from interlock.synthesis.workspace import DirectoryStore
 

@@ -36,7 +36,6 @@ from interlock.core.backend import ChatBackend
 from interlock.core.chat import ToolCall, ToolResult, control_texts, walk
 from interlock.core.errors import InterlockError
 from interlock.core.io import dumps
-from interlock.core.registry import JUDGES
 from interlock.judging.inspection import JUDGE_TOOLS, InspectionEnvironment
 from interlock.judging.judges import DEFAULT_EPISODE, JudgeContext
 from interlock.judging.sandbox import DEFAULT_LIMITS, CheckJob, Limits, SandboxPool, scratch_base
@@ -383,7 +382,6 @@ def _short(value: object, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-@JUDGES.register("agent")
 def build(context: JudgeContext) -> AgentJudge:
     return AgentJudge(workers=context.workers, limits=context.limits, backend=context.backend,
                       episode=context.episode, sandbox=context.sandbox).__enter__()

@@ -2,11 +2,10 @@
 ``judge.graders``: who grades the rollout pool in the ``judge`` stage).
 
 A judge turns ``(trajectory, pack)`` pairs into :class:`~interlock.judging.verdicts.Judgement`\\ s,
-one verdict row per rubric criterion, without raising for anything a rollout holds. A module of
-``interlock.judging`` (or one of yours, by its dotted name) registers a factory that builds it from
-a :class:`JudgeContext`::
+one verdict row per rubric criterion, without raising for anything a rollout holds. A judge is
+a factory that builds it from a :class:`JudgeContext`, registered by one line in the entry-point
+group ``interlock.judges`` (:mod:`interlock.core.registry`; ``mine = "mylab.judge:build"``)::
 
-    @JUDGES.register("mine")
     def build(context: JudgeContext) -> Judge:
         return MyJudge(context.backend)
 

@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from interlock.core.registry import SANDBOXES
+from interlock.core.registry import SANDBOXES, plugin_folders
 from interlock.judging import boundary
-from interlock.judging._child import REFUSED, TMP, pack_tree, read_message, write_message
+from interlock.judging._child import PLUGIN_PATH, REFUSED, TMP, pack_tree, read_message, write_message
 
 CHILD = Path(__file__).with_name("_child.py")
 #: where a provider that builds the boundary itself shows the child inside it (nothing else of the
@@ -170,8 +170,8 @@ class _Worker:
         self.log = open(self.home / "stderr.log", "wb")  # noqa: SIM115 - closed in close()
         self.process = subprocess.Popen(
             _command("worker", limits, cpu=False), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.log, env=minimal_env(self.home), cwd=self.home, close_fds=True,
-            start_new_session=True, bufsize=0)
+            stderr=self.log, env={**minimal_env(self.home), PLUGIN_PATH: os.pathsep.join(plugin_folders())},
+            cwd=self.home, close_fds=True, start_new_session=True, bufsize=0)
         self.job: int | None = None
         self.deadline = 0.0
         self.started = 0.0

@@ -26,7 +26,6 @@ from collections.abc import Sequence
 
 from interlock.core.backend import ChatBackend, ChatRequest, Completion
 from interlock.core.chat import Message
-from interlock.core.registry import JUDGES
 from interlock.judging.judges import JudgeContext
 from interlock.judging.verdicts import (
     AnswerForm,
@@ -256,6 +255,5 @@ def _read(form: AnswerForm, completion: Completion) -> tuple[dict[str, bool], st
     return answer.verdicts, f" ({answer.reason})" if answer.reason else ""
 
 
-@JUDGES.register("text")
 def build(context: JudgeContext) -> TextJudge:
     return TextJudge(context.backend)

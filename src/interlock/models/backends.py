@@ -1,14 +1,15 @@
 """The model backends by name (``backbone.backend``), and the one function that builds the
 configured one for a checkpoint.
 
-A backend registers a factory ``(backbone config, checkpoint folder) -> ChatBackend`` in its own
-module under ``interlock/models/`` (or in a module of yours, named by its dotted path)::
+A backend is a factory ``(backbone config, checkpoint folder) -> ChatBackend`` in a module (here
+or in a package of yours)::
 
-    @BACKENDS.register("mine")
     def build(backbone: BackboneConfig, checkpoint: Path) -> ChatBackend:
         return MyBackend(checkpoint, max_context=backbone.max_context)
 
-and a backbone option picks it (``backend: mine``). docs/authoring.md walks through it.
+registered by one line of a ``pyproject.toml`` (``[project.entry-points."interlock.backends"]``:
+``mine = "mylab.backend:build"``, :mod:`interlock.core.registry`); ``backbone.backend=mine`` picks
+it. docs/authoring.md walks through it.
 """
 
 from __future__ import annotations

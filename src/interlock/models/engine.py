@@ -127,7 +127,6 @@ def resolve_backend(backend: str) -> str:
     return auto_engine().engine if backend == AUTO else backend
 
 
-@BACKENDS.register("auto")
 def build(backbone: BackboneConfig, checkpoint: Path):
     """The resolved engine's backend, given the backbone as configured (its record,
     :func:`~interlock.models.backends.model_runtime`, resolves ``auto`` the same way)."""

@@ -54,7 +54,6 @@ import torch
 
 from interlock.core.config import BackboneConfig
 from interlock.core.errors import InterlockError
-from interlock.core.registry import BACKENDS
 from interlock.models.gguf_export import GGUF_FILES
 from interlock.models.local import LocalBackend, Row, common_prefix
 
@@ -345,6 +344,5 @@ class LlamaCppBackend(LocalBackend):
         return torch.from_numpy(out)
 
 
-@BACKENDS.register("llamacpp")
 def build(backbone: BackboneConfig, checkpoint: Path) -> LlamaCppBackend:
     return LlamaCppBackend(checkpoint, precision=backbone.gguf, max_context=backbone.max_context)

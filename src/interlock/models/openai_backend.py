@@ -42,7 +42,6 @@ from interlock.core.backend import ChatRequest, Completion, CompletionEnd, Episo
 from interlock.core.chat import Message, call_markup, render_turn
 from interlock.core.config import BackboneConfig
 from interlock.core.errors import InterlockError
-from interlock.core.registry import BACKENDS
 from interlock.core.seeds import stable_seed
 from interlock.models.chat_template import openai_tools
 
@@ -326,7 +325,6 @@ def _wire(message: Message) -> dict:
     return data
 
 
-@BACKENDS.register("openai")
 def build(backbone: BackboneConfig, checkpoint: Path) -> OpenAIBackend:
     """Served by ``backbone.server.base_urls``, else ``$INTERLOCK_OPENAI_BASE_URL`` (one address or
     several, comma-separated): servers that must serve ``checkpoint``."""

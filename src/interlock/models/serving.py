@@ -39,7 +39,6 @@ from pathlib import Path
 from interlock.core.backend import ChatRequest, Completion, EpisodeTask
 from interlock.core.config import BackboneConfig
 from interlock.core.errors import InterlockError
-from interlock.core.registry import BACKENDS
 
 #: where the managed servers write their logs, relative to the stage's working directory
 SERVER_LOGS = Path("data/.servers")
@@ -254,7 +253,6 @@ class ServedBackend:
         self.server.stop()
 
 
-@BACKENDS.register("vllm-served")
 def serve_vllm(backbone: BackboneConfig, checkpoint: Path) -> ServedBackend:
     """Start ``vllm serve`` for ``checkpoint`` (in the dtype ``backbone.dtype`` resolves to for
     vLLM, the context ``backbone.max_context``, laid out as ``backbone.server`` says on GPUs) and

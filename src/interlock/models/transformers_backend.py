@@ -50,7 +50,6 @@ from pathlib import Path
 import torch
 
 from interlock.core.config import BackboneConfig
-from interlock.core.registry import BACKENDS
 from interlock.models.attention import SlabLayer, slab_cache, use_gqa_attention
 from interlock.models.backends import model_runtime
 from interlock.models.local import LocalBackend, Row, common_prefix
@@ -238,7 +237,6 @@ class TransformersBackend(LocalBackend):
             total -= evicted.nbytes
 
 
-@BACKENDS.register("transformers")
 def build(backbone: BackboneConfig, checkpoint: Path) -> TransformersBackend:
     dtype = model_runtime(backbone, "generate", checkpoint)["resolved_dtype"]
     return TransformersBackend(checkpoint, dtype=dtype, max_context=backbone.max_context)

@@ -35,7 +35,6 @@ from pathlib import Path
 
 from interlock.core.backend import ChatRequest, Completion, EpisodeTask
 from interlock.core.config import BackboneConfig
-from interlock.core.registry import BACKENDS
 from interlock.models.backends import model_runtime
 from interlock.models.chat_template import prompt_token_ids, stop_token_ids
 
@@ -119,7 +118,6 @@ def answer_probe(folder: str) -> None:
     print(json.dumps({"tokens": completion.completion_tokens}))
 
 
-@BACKENDS.register("vllm")
 def build(backbone: BackboneConfig, checkpoint: Path) -> VLLMBackend:
     dtype = model_runtime(backbone, "generate", checkpoint)["resolved_dtype"]
     return VLLMBackend(str(checkpoint), dtype=dtype, max_model_len=backbone.max_context)

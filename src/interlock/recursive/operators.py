@@ -11,19 +11,17 @@ raises :class:`NotApplicable` with the reason, which the rounds record like any 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import ClassVar
 
+from interlock.core.registry import COUPLING_KINDS, DECISION_KINDS, EFFECT_KINDS
 from interlock.recursive.contract import TransformationContract
 from interlock.recursive.declaration import Declaration, derive
 from interlock.synthesis.blueprints import PERIOD_START, Blueprint, sample_subject
 from interlock.synthesis.catalog import Domain
 from interlock.synthesis.graph import Resolution, resolve_blueprint
-from interlock.synthesis.kinds.couplings import COUPLING_KINDS
-from interlock.synthesis.kinds.decisions import DECISION_KINDS
-from interlock.synthesis.kinds.effects import EFFECT_KINDS
 
 #: the most pending cases a task may have (one per day of the period)
 MAX_CASES = 28
@@ -271,7 +269,7 @@ class TightenCoupling(Operator):
         for group in rng.sample(parent.groups, len(parent.groups)):
             kept = [before.decided[m].outcome for m in group["members"]
                     if not before.decided[m].outcome.fallback]
-            params = _tighter(group["kind"], group["params"], kept)
+            params = COUPLING_KINDS[group["kind"]].tighten(group["params"], kept)
             if params is None:
                 continue
             groups = [{**g, "params": params} if g is group else g for g in parent.groups]
@@ -285,16 +283,8 @@ class TightenCoupling(Operator):
                              *(f"params.{name}" for name in changed))
             declared.decisions(group["members"])
             return self._done(declared, parents)
-        raise NotApplicable("no coupling can be tightened to bind one more case (caps and counts only)")
-
-
-def _tighter(kind: str, params: dict, kept: list) -> dict | None:
-    """Parameters one step tighter than what the group's kept outcomes use, or None."""
-    if kind == "total_cap" and kept:
-        return {**params, "cap": sum(o.amount for o in kept) - 1}
-    if kind == "count_cap" and len(kept) >= 2:
-        return {**params, "k": len(kept) - 1}
-    return None
+        raise NotApplicable("no coupling can be tightened to bind one more case (of its kinds, only caps "
+                            "and counts tighten)")
 
 
 class ShiftRule(Operator):
@@ -308,7 +298,7 @@ class ShiftRule(Operator):
     def _rewrite(self, parents, domain, task_id, seed, rng):
         parent = parents[0]
         before = resolve_blueprint(parent, domain)
-        proposals = RULE_SHIFTS[domain.decision.kind](parent.params, before, domain)
+        proposals = DECISION_KINDS[domain.decision.kind].shifts(parent.params, _kept_cases(before), domain)
         for params in rng.sample(proposals, len(proposals)):
             child = derive(parent, domain, task_id, seed, params=params)
             declared = Declaration(parent, child, domain)
@@ -324,64 +314,6 @@ class ShiftRule(Operator):
 def _kept_cases(resolution: Resolution) -> list[tuple[dict, object]]:
     return [(r, resolution.decided[r["id"]].outcome) for r in resolution.order
             if not resolution.decided[r["id"]].outcome.fallback]
-
-
-def _limit_shifts(params, resolution, domain):
-    amount = domain.case.amount
-    return [{**params, "limit": int(row[amount]) - 1} for row, _ in _kept_cases(resolution)
-            if int(row[amount]) >= 1]
-
-
-def _eligibility_shifts(params, resolution, domain):
-    category = domain.case.category
-    found = {str(row[category]) for row, _ in _kept_cases(resolution)}
-    return [{**params, "allowed": [c for c in params["allowed"] if c != gone]}
-            for gone in sorted(found) if len(params["allowed"]) > 1]
-
-
-def _cap_shifts(params, resolution, domain):
-    return [{**params, "cap": o.amount - 5} for _, o in _kept_cases(resolution) if o.amount > 5]
-
-
-def _rate_shifts(params, resolution, domain):
-    return [{**params, "rate": params["rate"] + step} for step in (-5, 5) if params["rate"] + step >= 5]
-
-
-def _tier_shifts(params, resolution, domain):
-    score, tiers = domain.case.score, params["tiers"]
-    shifts = []
-    for row, outcome in _kept_cases(resolution):
-        position = next((i for i, (tier, _) in enumerate(tiers) if tier == outcome.value), None)
-        if position is None:
-            continue
-        floor = int(row[score]) + 1
-        above = tiers[position - 1][1] if position else 10 ** 6
-        if floor < above:
-            raised = [[t, floor if i == position else f] for i, (t, f) in enumerate(tiers)]
-            shifts.append({**params, "tiers": raised})
-    return shifts
-
-
-def _routing_shifts(params, resolution, domain):
-    teams = domain.decision.teams
-    return [{**params, "routes": [[c, other if c == category else t] for c, t in params["routes"]]}
-            for category, team in params["routes"] for other in teams if other != team]
-
-
-def _rating_shifts(params, resolution, domain):
-    return [{**params, "min_rating": params["min_rating"] + 1}] if params["min_rating"] < 5 else []
-
-
-def _days_shifts(params, resolution, domain):
-    return [{**params, "days": params["days"] + step} for step in (-1, 1) if 1 <= params["days"] + step <= 30]
-
-
-#: per decision kind: candidate rule parameters one small step from the parent's
-RULE_SHIFTS: dict[str, Callable[[dict, Resolution, Domain], list[dict]]] = {
-    "limit_approval": _limit_shifts, "eligibility_approval": _eligibility_shifts,
-    "capped_payment": _cap_shifts, "rate_payment": _rate_shifts, "tier_assignment": _tier_shifts,
-    "team_routing": _routing_shifts, "option_selection": _rating_shifts, "due_date": _days_shifts,
-}
 
 
 class JoinTasks(Operator):
@@ -417,7 +349,3 @@ class JoinTasks(Operator):
         declared.decisions(c for c in declared.members(group) if c in declared.before.decided)
         return self._done(declared, parents)
 
-
-OPERATORS: dict[str, Operator] = {op.name: op for op in (
-    AddEffect(), AddCase(), AddCoupling(), AddClosedRecord(), AddIdleClause(), TightenCoupling(), ShiftRule(),
-    JoinTasks())}

@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from interlock.core.registry import OPERATORS
 from interlock.core.seeds import stable_seed
 from interlock.core.types import POOLS
-from interlock.recursive.operators import OPERATORS, NotApplicable, Operator
+from interlock.recursive.operators import NotApplicable, Operator
 from interlock.recursive.similarity import SimilarityIndex, TaskSignature, task_signature
 from interlock.recursive.validation import Checked, Task, compile_task, validate
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 from collections import defaultdict
 
 from interlock.core.chat import ToolCall
+from interlock.core.registry import COUPLING_KINDS, DECISION_KINDS, EFFECT_KINDS
 from interlock.review.controls import ReferenceRun, submitted
 from interlock.review.coverage import states
 from interlock.synthesis.checks import View, run_check
 from interlock.synthesis.graph import CompletionGraph
-from interlock.synthesis.kinds.couplings import COUPLING_KINDS, Constraint, resolve
-from interlock.synthesis.kinds.decisions import DECISION_KINDS
-from interlock.synthesis.kinds.effects import EFFECT_KINDS, REGISTER_COLUMNS, REGISTER_PATH, register_entry
+from interlock.synthesis.kinds.couplings import Constraint, resolve
+from interlock.synthesis.kinds.effects import REGISTER_COLUMNS, REGISTER_PATH, register_entry
 from interlock.synthesis.oracle import replay
 from interlock.synthesis.packs import CLAUSE_LINE, OPTIONS_LINE, REGISTER_LINE, REQUEST_PATH, SCOPE, TaskPack
 from interlock.synthesis.workspace import parse_csv

@@ -30,11 +30,13 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from interlock.core.registry import DECISION_KINDS, EFFECT_KINDS
 from interlock.review.reading import fold
 from interlock.synthesis.catalog import Domain, holds, words
 from interlock.synthesis.graph import CompletionGraph
-from interlock.synthesis.kinds.effects import EFFECT_KINDS, REGISTER_PATH
+from interlock.synthesis.kinds.effects import REGISTER_PATH
 from interlock.synthesis.packs import REQUEST_PATH, TaskPack, requested_effects
+from interlock.synthesis.text import DETERMINER, any_of
 
 #: words that start or end no distinctive part of a label ("letter of intent" has no part "of intent")
 STOPWORDS = frozenset({"a", "an", "and", "the", "of", "for", "to", "in", "on", "or", "per", "by", "with"})
@@ -44,68 +46,10 @@ Index = dict[str, tuple[tuple[str, ...], ...]]
 MAX_QUOTED = 3
 
 
-def _any(*patterns: str) -> re.Pattern:
-    return re.compile("|".join(f"(?:{p})" for p in patterns))
-
-
-_DET = r"(?:the|a|an|its|their|his|her|each|every|our|your|this|that)"
-_PREPOSITION = r"(?:on|of|per|for|in|into|to|at|by|with|from|within|under|over)"
-#: the words that ask to carry decisions into each kind of effect, read over a sentence's
-#: lower-case words joined by single spaces (the task's own names taken out)
-CUES: dict[str, re.Pattern] = {
-    "notification": _any(
-        r"\bnotif(?:y|ies|ied|ying|ication|ications)\b", r"\bnotices\b",
-        r"\b(?:a|an|each|every|one) (?:\w+ ){0,2}notice\b",
-        r"\b(?:tell|tells|told|telling|inform|informs|informed|informing|alert|alerts|alerted|alerting"
-        r"|remind|reminds|reminded|reminding|reminders?|e ?mails?|e ?mailed|e ?mailing|mails?|mailed"
-        r"|mailing|announce|announces|announced|announcing|announcements?|answered|replied|outbox)\b",
-        r"\b(?:send|sends|sent|sending) (?:\w+ ){0,3}?(?:the|their|its|his|her|a|an|each|every|word|them)"
-        r" (?:\w+ )?(?:outcome|decision|result|message|note|word|update|email|answer)s?\b",
-        r"\blet (?:\w+ ){1,3}know\b",
-        r"\bhears? (?:the|their|its|about|back|of|from|whether|how|what)\b",
-        r"\b(?:reply|replies|respond|responds|write back|writes back) to\b"),
-    "ledger_posting": _any(
-        r"\bledgers?\b", r"\bjournal(?:s|ed)?\b", r"\bpost(?:s|ed|ing|ings)?\b",
-        r"\b(?:charge|charges|charged|cost|costs|costed|book|books|booked|expense|expenses|expensed"
-        r"|recharge|recharged|debit|debited|credited) (?:(?:it|them|this|that|all) |(?:each|every|the|all)"
-        r" (?:\w+ ){1,3}?)?(?:to|against)\b",
-        r"\bcapitali[sz](?:e|es|ed|ing|ation)\b", r"\baccounts? (?:code|number)s?\b", r"\bgl\b",
-        r"\breceivables?\b"),
-    "payment_instruction": _any(
-        r"\bpay(?:ment)?s? (?:file|instruction|batch|order|record)s?\b", r"\bpayees?\b",
-        r"\b(?:pay|pays|paid|paying) (?:\w+ )?out\b", r"\bpaid to\b",
-        r"\b(?:is|are|be|been|being|gets?|got) paid\b",
-        r"\bremit(?:s|ted|ting|tance|tances)?\b", r"\bwir(?:e|es|ed|ing)\b", r"\bbank transfers?\b"),
-    "schedule_entry": _any(
-        rf"\b(?:on|in|into|onto|to|from|for) {_DET} (?:\w+ ){{0,3}}"
-        r"(?:schedule|calendar|roster|timetable|diary|diaries|agenda|rota)s?\b",
-        r"\b(?:calendar|schedule|diary|roster|timetable|rota) (?:entry|entries|invites?|invitations?"
-        r"|events?|bookings?|appointments?|rows?)\b", r"\bcalendars?\b"),
-    "audit_note": _any(
-        r"\baudit(?:s|ed|ing|or|ors)?\b", r"\blogged\b", r"\blogging\b",
-        rf"\blog (?:it|them|all|any|{_DET})\b", rf"\b(?:in|to|into|on|onto) {_DET} (?:\w+ ){{0,3}}log\b",
-        r"\blog (?:entry|entries|line|lines|note|notes|record|records|row|rows)\b"),
-    "status_update": _any(
-        r"\bstatus(?:es)? (?:\w+ ){0,2}?(?:updated|set|changed|marked|flipped|moved|written|switched"
-        r"|edited|amended)\b",
-        r"\b(?:update|updates|updated|updating|set|sets|setting|change|changes|changed|changing|mark"
-        r"|marks|marked|marking|flip|flips|flipped|switch|edit|edits|edited|amend) "
-        rf"(?:{_DET} )?(?:\w+ ){{0,3}}?status(?:es)?\b",
-        r"\bwrit(?:e|es|ten|ing) (?:\w+ ){0,3}?back\b", r"\bmark(?:s|ed|ing)? (?:\w+ ){0,3}?as\b",
-        r"\b(?:is|are|be|been|being|get|gets|got) (?:\w+ )?updated\b"),
-    "document": _any(
-        r"\b(?:(?:get|gets|getting|got|receive|receives|received|send|sends|sent|issue|issues|issued|write"
-        r"|writes|wrote|written|draft|drafts|drafted|prepare|prepares|prepared|produce|produces|produced"
-        r"|generate|generates|generated|become|becomes|mail|mails|mailed|attach|attached)"
-        r" (?:\w+ ){0,3}?|with )"
-        rf"(?:a|an|one|each|every|their|its|his|her) (?:(?!{_PREPOSITION}\b)\w+ ){{0,3}}?"
-        r"(?:letter|memo|memorandum|certificate|confirmation|statement|contract|agreement|package|sheet"
-        r"|brief|notice|authori[sz]ation|document|advice|receipt|filing)s?\b"),
-}
 #: scheduling as a verb: a schedule entry, but where the decision itself sets dates (``due_date``),
 #: the decision's own word ("maintenance planning schedules each task")
-SCHEDULING = _any(r"\b(?:is|are|be|been|being|get|gets|got) scheduled\b",
-                  rf"\bschedul(?:e|es|ing) (?:it|them|all|{_DET})\b")
+SCHEDULING = any_of(r"\b(?:is|are|be|been|being|get|gets|got) scheduled\b",
+                    rf"\bschedul(?:e|es|ing) (?:it|them|all|{DETERMINER})\b")
 #: what a reader is asked to do in a sentence that otherwise puts things out of scope
 _ACTION = (r"(?:notify|tell|inform|send|mail|email|alert|remind|post|charge|book|pay|remit|wire|log|record"
            r"|audit|schedule|enter|add|put|place|update|set|mark|change|write|issue|draft|prepare|produce"
@@ -117,7 +61,7 @@ _DONE = (r"(?:notif(?:y|ied)|tell|told|inform(?:ed)?|sen[dt]|e ?mail(?:ed)?|mail
          r"|enter(?:ed)?|put|alter(?:ed)?|delet(?:e|ed)|remov(?:e|ed))")
 #: a sentence's ways of putting something out of scope (each span is taken out before the
 #: sentence is read for what it still asks)
-OUT_OF_SCOPE = _any(
+OUT_OF_SCOPE = any_of(
     r"\bout of (?:the |this )?(?:task s |task )?scope\b",
     r"\bnot (?:\w+ )?(?:part of|in scope|within scope|required|needed|requested|asked for|expected"
     r"|wanted|necessary|included)\b",
@@ -132,7 +76,7 @@ OUT_OF_SCOPE = _any(
     r"|nothing gets|nothing goes) (?:ever |otherwise |separately |additionally |directly |further )?"
     rf"{_DONE}\b")
 #: what turns a statement of scope back into an ask
-CONTRAST = _any(r"\b(?:but|except|unless|however|instead|although|though|yet|still|until|before|after|once"
+CONTRAST = any_of(r"\b(?:but|except|unless|however|instead|although|though|yet|still|until|before|after|once"
                 r"|then|also|besides|rather|whereas|while|later|eventually|anyway|nevertheless|nonetheless"
                 r"|even)\b", r"\bother than\b", r"\bapart from\b", r"\bonly if\b")
 #: an instruction still given in a sentence that states scope
@@ -175,7 +119,7 @@ _MASK = "_"
 class Scope:
     """What a task's request may ask for. ``names``: the words that name an effect the task does
     not request, and which (``name_index``: them by their first word); ``kinds``: the effect kinds
-    it requests none of, ``cues`` the words that ask for one of them (:data:`CUES`,
+    it requests none of, ``cues`` the words that ask for one of them (each effect kind's ``cues``,
     :data:`SCHEDULING`); ``own``: the task's own words (its domain's name, its case, its outcomes,
     its requested effects' labels) and ``file_words`` those of its files, its requested effects'
     other names and its policy's title: what is said inside them names nothing else (a case called
@@ -233,8 +177,8 @@ def task_scope(graph: CompletionGraph, domain: Domain, files: dict[str, str]) ->
                   words(f"{domain.case.plural} table")}
     folders = {path.split("/", 1)[0] for path in [*files, *(e.file for e in domain.effects if e.file)]}
     kinds = frozenset(EFFECT_KINDS) - {e.kind for e in requested}
-    cues = [(kind, CUES[kind]) for kind in sorted(kinds)]
-    if "schedule_entry" in kinds and decision.kind != "due_date":
+    cues = [(kind, EFFECT_KINDS[kind].cues) for kind in sorted(kinds) if EFFECT_KINDS[kind].cues]
+    if "schedule_entry" in kinds and not DECISION_KINDS[decision.kind].dated:
         cues.append(("schedule_entry", SCHEDULING))
     deliverables = [words(path) for path in [REGISTER_PATH, *(e.file for e in requested if e.file)]]
     return Scope(names, _index(names), kinds, tuple(cues), _index(own), _index(stated), _index(deliverables),

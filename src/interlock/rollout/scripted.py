@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 from interlock.core.backend import ChatRequest, Completion
 from interlock.core.chat import ToolCall, render_turn
+from interlock.core.registry import DECISION_KINDS
 from interlock.core.seeds import stable_seed
 from interlock.synthesis.graph import RULE_CLAUSE, Node
-from interlock.synthesis.kinds.decisions import DECISION_KINDS, Outcome
+from interlock.synthesis.kinds.decisions import Outcome
 from interlock.synthesis.kinds.effects import REGISTER_PATH, Realization, realizations, register_entry
 from interlock.synthesis.oracle import reading_calls, reference_writes
 from interlock.synthesis.tasks import TaskContext

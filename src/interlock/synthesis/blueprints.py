@@ -16,11 +16,11 @@ from functools import cached_property
 
 from interlock.core.errors import InterlockError
 from interlock.core.io import dumps, loads
+from interlock.core.registry import COUPLING_KINDS, DECISION_KINDS
 from interlock.core.seeds import stable_seed
 from interlock.core.types import HELDOUT_POOLS, INDIST_POOL, TRAIN_POOLS, TaskSize
 from interlock.synthesis.catalog import Catalog, Domain
-from interlock.synthesis.kinds.couplings import COUPLING_KINDS
-from interlock.synthesis.kinds.decisions import DECISION_KINDS, Row
+from interlock.synthesis.kinds.decisions import Row
 
 PERIOD_START = date(2026, 10, 1)
 _FIRST = (

@@ -16,16 +16,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from interlock.core.errors import InterlockError
+from interlock.core.registry import COUPLING_KINDS, DECISION_KINDS, EFFECT_KINDS
 from interlock.core.resources import resource
-from interlock.synthesis.kinds import (
-    ALL_OUTCOME_EFFECTS,
-    AMOUNT_DECISIONS,
-    AMOUNT_EFFECTS,
-    COUPLING_COMPATIBLE,
-    CouplingKindName,
-    DecisionKindName,
-    EffectKindName,
-)
 
 #: the catalog that ships with the package (``src/interlock/resources/``)
 CATALOG = "domains.yaml"
@@ -34,22 +26,6 @@ _WORD = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _WORD_RUN = re.compile(r"[^\W_]+")
 #: where a summary's first sentence ends
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-#: decision kinds whose positive outcome is a word the domain chooses ("approved", "paid")
-POSITIVE_WORD_KINDS = frozenset({"limit_approval", "eligibility_approval", "capped_payment",
-                                 "rate_payment"})
-#: which case columns each decision kind reads
-REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
-    "limit_approval": ("amount",),
-    "eligibility_approval": ("amount", "category"),
-    "capped_payment": ("amount",),
-    "rate_payment": ("quantity",),
-    "tier_assignment": ("score",),
-    "team_routing": ("category",),
-    "option_selection": (),
-    "due_date": (),
-}
-
-
 def words(text: str) -> tuple[str, ...]:
     """The words of a text as names are matched: case folded, split at anything but a letter or
     a digit (``gross_cost.csv`` is gross cost csv, ``gross-cost`` is gross cost), each singular
@@ -156,12 +132,17 @@ class OptionTable(_Strict):
 class DecisionSpec(_Strict):
     """What the agent decides per case, in the domain's words."""
 
-    kind: DecisionKindName
+    kind: str = Field(description="a registered decision kind (interlock.core.registry.DECISION_KINDS)")
     positive: str | None = Field(default=None, description="outcome word for approval/payment kinds")
     fallback: str = Field(description="outcome of a case that cannot get its preferred outcome")
     tiers: list[str] | None = Field(default=None, min_length=2, max_length=3)
     teams: list[str] | None = Field(default=None, min_length=3)
     options: OptionTable | None = None
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, value: str) -> str:
+        return DECISION_KINDS.check(value)
 
     @field_validator("positive", "fallback")
     @classmethod
@@ -177,23 +158,28 @@ class DecisionSpec(_Strict):
 class EffectSpec(_Strict):
     """A downstream record or artifact that must reflect each decision."""
 
-    kind: EffectKindName
+    kind: str = Field(description="a registered effect kind (interlock.core.registry.EFFECT_KINDS)")
     label: str = Field(description="what a reader calls it, e.g. 'gross-cost ledger'")
     file: str | None = Field(default=None, description="target file (a folder for 'document')")
     code: str | None = Field(default=None, description="account or code a ledger posting carries")
 
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, value: str) -> str:
+        return EFFECT_KINDS.check(value)
+
     @model_validator(mode="after")
     def _target(self) -> EffectSpec:
-        if self.kind == "status_update":
-            if self.file is not None:
-                raise ValueError("status_update edits the case table; it takes no 'file'")
-            return self
-        if self.file is None:
-            raise ValueError(f"effect kind {self.kind} needs 'file'")
-        suffix = {"payment_instruction": (".jsonl",), "notification": (".jsonl",), "document": ("",)}
-        _relative_path(self.file, suffix.get(self.kind, (".csv",)))
-        if (self.kind == "ledger_posting") != bool(self.code):
-            raise ValueError("'code' (the account posted to) is given exactly for ledger_posting")
+        kind = EFFECT_KINDS[self.kind]
+        if kind.suffixes is None and self.file is not None:
+            raise ValueError(f"{self.kind} edits the case table; it takes no 'file'")
+        if kind.suffixes is not None:
+            if self.file is None:
+                raise ValueError(f"effect kind {self.kind} needs 'file'")
+            _relative_path(self.file, kind.suffixes)
+        if kind.takes_code != bool(self.code):
+            raise ValueError(f"'code' (the account posted to) is given exactly for an effect kind that "
+                             f"posts to one ({self.kind} {'does' if kind.takes_code else 'does not'})")
         return self
 
     def names(self) -> list[tuple[str, ...]]:
@@ -223,9 +209,14 @@ class Domain(_Strict):
     summary: str
     case: CaseTable
     decision: DecisionSpec
-    couplings: list[CouplingKindName] = Field(min_length=1, max_length=2)
+    couplings: list[str] = Field(min_length=1, max_length=2)  # registered coupling kinds
     effects: list[EffectSpec] = Field(min_length=2, max_length=4)
     policy: PolicySpec
+
+    @field_validator("couplings")
+    @classmethod
+    def _coupling_kinds(cls, values: list[str]) -> list[str]:
+        return [COUPLING_KINDS.check(value) for value in values]
 
     @cached_property
     def workflow(self) -> str:
@@ -236,6 +227,7 @@ class Domain(_Strict):
     def structure_problem(self) -> tuple[str, str] | None:
         """The first cross-field defect as (field, reason), or None: what the engine relies on."""
         kind, case = self.decision.kind, self.case
+        decision = DECISION_KINDS[kind]
         workflow = words(self.workflow)
         for index, effect in enumerate(self.effects):
             named = next((name for name in effect.names() if holds(workflow, name)), None)
@@ -243,20 +235,19 @@ class Domain(_Strict):
                 return "summary", (f"its first sentence, which every request states, names effect "
                                    f"{index} ({effect.label}) as {' '.join(named)!r}: a task requests "
                                    "only some effects")
-        for role in REQUIRED_FIELDS[kind]:
+        for role in decision.reads:
             if getattr(case, role) is None:
                 return f"case.{role}", f"decision kind {kind} needs the case column '{role}'"
-        if (kind in {"eligibility_approval", "team_routing"}) != (case.categories is not None):
+        if ("category" in decision.reads) != (case.categories is not None):
             return "case.categories", "given exactly when the decision reads a category"
         columns = case.columns()
         if len(set(columns)) != len(columns):
             return "case", "case columns (subject, group, date, ...) must be distinct"
-        needs = {"positive": POSITIVE_WORD_KINDS, "tiers": {"tier_assignment"}, "teams": {"team_routing"},
-                 "options": {"option_selection"}}
-        for name, kinds in needs.items():
+        needs = {*(("positive",) if decision.positive_word else ()), *decision.takes}
+        for name in ("positive", "tiers", "teams", "options"):
             given = getattr(self.decision, name) is not None
-            if given != (kind in kinds):
-                verb = "needs" if kind in kinds else "takes no"
+            if given != (name in needs):
+                verb = "needs" if name in needs else "takes no"
                 return f"decision.{name}", f"decision kind {kind} {verb} '{name}'"
         values = [*(self.decision.tiers or ()), *(self.decision.teams or ()), self.decision.fallback]
         if len(set(values)) != len(values):
@@ -264,16 +255,16 @@ class Domain(_Strict):
         if len(set(self.couplings)) != len(self.couplings):
             return "couplings", "couplings must be distinct"
         for index, coupling in enumerate(self.couplings):
-            if kind not in COUPLING_COMPATIBLE[coupling]:
+            if not COUPLING_KINDS[coupling].binds(decision):
                 return f"couplings.{index}", f"coupling {coupling} cannot bind decision kind {kind}"
-        if self.effects[0].kind not in ALL_OUTCOME_EFFECTS:
-            return "effects.0.kind", ("the first effect must apply to every outcome "
-                                      f"({', '.join(sorted(ALL_OUTCOME_EFFECTS))})")
+        if not EFFECT_KINDS[self.effects[0].kind].every_outcome:
+            every = [name for name, effect in EFFECT_KINDS.items() if effect.every_outcome]
+            return "effects.0.kind", f"the first effect must apply to every outcome ({', '.join(every)})"
         effect_kinds = [e.kind for e in self.effects]
         if len(set(effect_kinds)) != len(effect_kinds):
             return "effects", "each effect kind at most once (a second target of a kind is no new structure)"
         for index, effect in enumerate(self.effects):
-            if effect.kind in AMOUNT_EFFECTS and kind not in AMOUNT_DECISIONS:
+            if EFFECT_KINDS[effect.kind].posts_amount and not decision.carries_amount:
                 return f"effects.{index}.kind", f"effect {effect.kind} posts an amount; {kind} has none"
         paths = [case.table, self.policy.file, *(e.file for e in self.effects if e.file)]
         if self.decision.options:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Collection
 
-from interlock.synthesis.kinds.couplings import COUPLING_KINDS
+from interlock.core.registry import COUPLING_KINDS
 from interlock.synthesis.kinds.decisions import Outcome
 from interlock.synthesis.kinds.effects import Realization
 from interlock.synthesis.workspace import MALFORMED, Store, is_malformed, parse_csv, parse_jsonl

@@ -17,12 +17,12 @@ from typing import NoReturn
 
 from interlock.core.errors import InterlockError
 from interlock.core.io import canonical, dumps, loads
+from interlock.core.registry import COUPLING_KINDS, DECISION_KINDS, EFFECT_KINDS
 from interlock.synthesis.blueprints import Blueprint
 from interlock.synthesis.catalog import Domain
-from interlock.synthesis.kinds import AMOUNT_DECISIONS, COUPLING_COMPATIBLE
-from interlock.synthesis.kinds.couplings import COUPLING_KINDS, Constraint, Decided, resolve
-from interlock.synthesis.kinds.decisions import DECISION_KINDS, Outcome
-from interlock.synthesis.kinds.effects import EFFECT_KINDS, realizations
+from interlock.synthesis.kinds.couplings import Constraint, Decided, resolve
+from interlock.synthesis.kinds.decisions import Outcome
+from interlock.synthesis.kinds.effects import realizations
 
 NODE_KINDS = ("evidence", "decision", "effect")
 RULE_CLAUSE = "P-1"
@@ -41,8 +41,8 @@ ATTRIBUTES: dict[str, dict[str, tuple[type, ...]]] = {
 REALIZATION_ATTRIBUTES: dict[str, tuple[type, ...]] = {"op": (str,), "path": (str,), "key": (str,),
                                                        "fields": (dict,)}
 REALIZATION_OPS = ("append_csv", "update_csv", "append_jsonl", "write_file")
-SUBKINDS = {"evidence": ("clause", "record", "option"), "decision": tuple(DECISION_KINDS),
-            "effect": tuple(EFFECT_KINDS)}
+#: the subkinds of each node kind (decisions and effects: the registered kinds)
+SUBKINDS = {"evidence": ("clause", "record", "option"), "decision": DECISION_KINDS, "effect": EFFECT_KINDS}
 Fail = Callable[[str, str], NoReturn]
 
 
@@ -196,7 +196,7 @@ class CompletionGraph:
                      f"{h}.clause")
             stating[hyper.clause] = h
             for member in hyper.members:
-                if self.by_id[member].subkind not in COUPLING_COMPATIBLE[hyper.kind]:
+                if not COUPLING_KINDS[hyper.kind].binds(DECISION_KINDS[self.by_id[member].subkind]):
                     fail(f"hyperedge {h}: a {hyper.kind} cannot bind {member}, a "
                          f"{self.by_id[member].subkind} decision", f"{h}.kind")
 
@@ -324,10 +324,11 @@ def _check_attributes(node: Node, fail: Fail) -> None:
     _check_types(node.attrs, ATTRIBUTES[node.subkind if node.kind == "evidence" else node.kind],
                  f"{node.kind} {n}", n, fail)
     if node.kind == "decision":
-        carried = node.subkind in AMOUNT_DECISIONS and not node.attrs["fallback"]
+        amounts = DECISION_KINDS[node.subkind].carries_amount
+        carried = amounts and not node.attrs["fallback"]
         if carried != (node.attrs["amount"] is not None):
             fail(f"decision {n}: a {node.subkind} outcome carries an amount exactly when "
-                 f"{'it is not the fallback' if node.subkind in AMOUNT_DECISIONS else 'never'}; "
+                 f"{'it is not the fallback' if amounts else 'never'}; "
                  f"amount is {node.attrs['amount']!r}", f"{n}.amount")
     elif node.kind == "effect":
         realization = node.attrs["realization"]

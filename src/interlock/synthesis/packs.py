@@ -15,10 +15,10 @@ from typing import Protocol
 
 from interlock.core.errors import InterlockError
 from interlock.core.io import dumps, loads
+from interlock.core.registry import DECISION_KINDS
 from interlock.synthesis.catalog import Domain
 from interlock.synthesis.checks import keyed, realization_check, row_key, sha
 from interlock.synthesis.graph import RULE_CLAUSE, CompletionGraph, Node
-from interlock.synthesis.kinds.decisions import DECISION_KINDS
 from interlock.synthesis.kinds.effects import (
     EFFECT_KINDS,
     FIELD_FORMATS,

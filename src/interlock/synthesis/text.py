@@ -11,6 +11,14 @@ import re
 from functools import cached_property
 
 _FIELD = re.compile(r"\{([a-z_]+)\}")
+#: a determiner and a preposition, as cue patterns over lower-case words read them
+DETERMINER = r"(?:the|a|an|its|their|his|her|each|every|our|your|this|that)"
+PREPOSITION = r"(?:on|of|per|for|in|into|to|at|by|with|from|within|under|over)"
+
+
+def any_of(*patterns: str) -> re.Pattern:
+    """One pattern that matches where any of ``patterns`` does."""
+    return re.compile("|".join(f"(?:{p})" for p in patterns))
 
 
 class Template:

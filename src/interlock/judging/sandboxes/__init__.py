@@ -1,8 +1,8 @@
 """Sandbox providers: the operating-system boundaries model-written checks run behind, one
 interface, several ways to build it (as Inspect AI's sandbox environments are).
 
-A provider is a class registered in a module here (or in one of yours, by its dotted name) with
-``@SANDBOXES.register("name")`` and :class:`SandboxProvider`'s two methods. It builds a boundary
+A provider is a class with :class:`SandboxProvider`'s two methods, registered by one line in the
+entry-point group ``interlock.sandboxes`` (:mod:`interlock.core.registry`). It builds a boundary
 that shows the script only its own copy of the workspace at ``/workspace`` (writable, bounded), an
 empty ``/tmp``, the interpreter and its libraries (read-only), as the unprivileged ``nobody``,
 with no network, no ``/proc`` of the judge, and no way to signal anything outside; then it runs

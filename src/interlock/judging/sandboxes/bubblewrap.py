@@ -14,7 +14,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from interlock.core.registry import SANDBOXES
 from interlock.judging import sandbox
 from interlock.judging._child import DEVICES, NOBODY, TMP, WORKSPACE, tree_bytes
 from interlock.judging.sandbox import (
@@ -28,7 +27,6 @@ from interlock.judging.sandbox import (
 )
 
 
-@SANDBOXES.register("bubblewrap")
 class Bubblewrap:
     name = "bubblewrap"
 

@@ -17,7 +17,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from interlock.core.registry import SANDBOXES
 from interlock.judging._child import NOBODY, TMP, WORKSPACE, tree_bytes
 from interlock.judging.sandbox import (
     CHILD,
@@ -80,11 +79,9 @@ class Container:
                               signals_as_status=True)
 
 
-@SANDBOXES.register("docker")
 class Docker(Container):
     name = program = "docker"
 
 
-@SANDBOXES.register("podman")
 class Podman(Container):
     name = program = "podman"

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from interlock.core.registry import SANDBOXES
 from interlock.judging import sandbox
 from interlock.judging.sandbox import Limits, ScriptResult, run_in_scratch, script_command
 
 
-@SANDBOXES.register("namespaces")
 class Namespaces:
     name = "namespaces"
 

@@ -13,7 +13,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import ClassVar
 
-from interlock.synthesis.kinds.decisions import Outcome
+from interlock.core.registry import COUPLING_KINDS
+from interlock.synthesis.kinds.decisions import DecisionKind, Outcome
 from interlock.synthesis.text import Template
 
 
@@ -30,6 +31,17 @@ class CouplingKind:
     template: ClassVar[Template]
     #: applied after the greedy pass (a bundle), not during it (a cap)
     after_greedy: ClassVar[bool] = False
+    #: parameters that are whole numbers (parsed back from the clause as int)
+    numbers: ClassVar[tuple[str, ...]] = ()
+
+    def binds(self, decision: DecisionKind) -> bool:
+        """Whether it can constrain decisions of this kind (a domain may pair them)."""
+        return True
+
+    def tighten(self, params: dict, kept: list[Outcome]) -> dict | None:
+        """Parameters one step tighter than the group's kept (not fallback) outcomes use, for
+        recursive synthesis's ``tighten_coupling``; None: this kind has no such step."""
+        return None
 
     def sample_params(self, rng: random.Random, preferred: list[Outcome]) -> dict:
         """Parameters that make the constraint bind on the members' preferred outcomes."""
@@ -42,10 +54,12 @@ class CouplingKind:
         return self.template.render(**rule)
 
     def parse(self, text: str) -> dict | None:
+        """The clause's rule, or None where the text is not a clause of this kind (a number slot
+        holding anything but a whole number: another kind's words in the same frame)."""
         fields = self.template.parse(text)
-        if fields is None:
+        if fields is None or not all(fields[name].isdigit() for name in self.numbers if name in fields):
             return None
-        return {k: int(v) if k in {"cap", "k"} else v for k, v in fields.items()}
+        return {k: int(v) if k in self.numbers else v for k, v in fields.items()}
 
     def admits(self, chosen: list[Outcome], candidate: Outcome, rule: dict) -> bool:
         return True
@@ -59,7 +73,7 @@ _ORDER = "in order of {date}, earliest first, one that would go over gets its ne
 
 
 class TotalCap(CouplingKind):
-    name = "total_cap"
+    name, numbers = "total_cap", ("cap",)
     template = Template(
         "{group_column} {group}: the {plural} that are not {fallback} may total at most {cap}; " + _ORDER
     )
@@ -76,9 +90,15 @@ class TotalCap(CouplingKind):
             return True
         return sum(o.amount for o in chosen if not o.fallback) + candidate.amount <= rule["cap"]
 
+    def binds(self, decision):
+        return decision.carries_amount
+
+    def tighten(self, params, kept):
+        return {**params, "cap": sum(o.amount for o in kept) - 1} if kept else None
+
 
 class CountCap(CouplingKind):
-    name = "count_cap"
+    name, numbers = "count_cap", ("k",)
     template = Template(
         "{group_column} {group}: at most {k} {plural} may be other than {fallback}; " + _ORDER
     )
@@ -89,9 +109,12 @@ class CountCap(CouplingKind):
     def admits(self, chosen, candidate, rule):
         return candidate.fallback or sum(not o.fallback for o in chosen) + 1 <= rule["k"]
 
+    def tighten(self, params, kept):
+        return {**params, "k": len(kept) - 1} if len(kept) >= 2 else None
+
 
 class ValueCapacity(CouplingKind):
-    name = "value_capacity"
+    name, numbers = "value_capacity", ("k",)
     template = Template(
         "{group_column} {group}: at most {k} {plural} may share any one outcome other than "
         "{fallback}; " + _ORDER
@@ -104,6 +127,9 @@ class ValueCapacity(CouplingKind):
         if candidate.fallback:
             return True
         return Counter(o.value for o in chosen)[candidate.value] + 1 <= rule["k"]
+
+    def binds(self, decision):
+        return decision.multi_valued
 
 
 class AllOrNone(CouplingKind):
@@ -121,6 +147,9 @@ class AllOrNone(CouplingKind):
     def holds(self, outcomes, rule):
         return len({o.fallback for o in outcomes}) <= 1
 
+    def binds(self, decision):
+        return decision.carries_amount
+
 
 def breaking_moves(kind: str, rule: dict, alternatives: list[list[Outcome]],
                    intended: list[Outcome]) -> list[tuple[int, Outcome]]:
@@ -132,11 +161,6 @@ def breaking_moves(kind: str, rule: dict, alternatives: list[list[Outcome]],
             for position, admitted in enumerate(alternatives) for outcome in admitted
             if outcome != intended[position]
             and not coupling.holds([*intended[:position], outcome, *intended[position + 1:]], rule)]
-
-
-COUPLING_KINDS: dict[str, CouplingKind] = {
-    kind.name: kind() for kind in (TotalCap, CountCap, ValueCapacity, AllOrNone)
-}
 
 
 @dataclass(frozen=True)

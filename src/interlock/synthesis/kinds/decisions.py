@@ -44,6 +44,14 @@ class DecisionKind:
     positive_word: ClassVar[bool] = False
     #: parameters that are whole numbers (parsed back from the clause as int)
     numbers: ClassVar[tuple[str, ...]] = ()
+    #: whether an outcome other than the fallback carries an amount (a total cap can bind it)
+    carries_amount: ClassVar[bool] = False
+    #: whether it has more than one non-fallback outcome value (a per-value capacity can bind it)
+    multi_valued: ClassVar[bool] = False
+    #: the lists of the domain's decision declaration it needs (``tiers``, ``teams``, ``options``)
+    takes: ClassVar[tuple[str, ...]] = ()
+    #: whether its outcomes are dates (a schedule then follows from the decision itself)
+    dated: ClassVar[bool] = False
 
     def sample_case(self, rng: random.Random, domain: Domain) -> Row:
         """Values for the case columns; every declared column is filled, used or not."""
@@ -87,10 +95,17 @@ class DecisionKind:
         """Admissible outcomes in order of preference; the last is always the fallback."""
         raise NotImplementedError
 
+    def shifts(self, params: dict, kept: list[tuple[Row, Outcome]], domain: Domain) -> list[dict]:
+        """Rule parameters one small step from ``params``, for recursive synthesis's ``shift_rule``
+        (``kept``: the cases that got an outcome other than the fallback, with it). None here: the
+        operator then does not apply to this kind."""
+        return []
+
 
 class LimitApproval(DecisionKind):
     name = "limit_approval"
     reads, positive_word, numbers = ("amount",), True, ("limit",)
+    carries_amount = True
     template = Template(
         "A {noun} is {positive} when its {amount} is at most {limit}; otherwise it is {fallback}."
     )
@@ -108,10 +123,14 @@ class LimitApproval(DecisionKind):
             return [rejected]
         return [Outcome(rule["positive"], amount), rejected]
 
+    def shifts(self, params, kept, domain):
+        amount = domain.case.amount
+        return [{**params, "limit": int(row[amount]) - 1} for row, _ in kept if int(row[amount]) >= 1]
+
 
 class EligibilityApproval(DecisionKind):
     name = "eligibility_approval"
-    reads, positive_word = ("amount", "category"), True
+    reads, positive_word, carries_amount = ("amount", "category"), True, True
     template = Template(
         "A {noun} is {positive} for its full {amount} only when its {category} is one of: "
         "{allowed}; otherwise it is {fallback}."
@@ -134,10 +153,16 @@ class EligibilityApproval(DecisionKind):
             return [rejected]
         return [Outcome(rule["positive"], _int(row, rule["amount"])), rejected]
 
+    def shifts(self, params, kept, domain):
+        found = {str(row[domain.case.category]) for row, _ in kept}
+        return [{**params, "allowed": [c for c in params["allowed"] if c != gone]}
+                for gone in sorted(found) if len(params["allowed"]) > 1]
+
 
 class CappedPayment(DecisionKind):
     name = "capped_payment"
     reads, positive_word, numbers = ("amount",), True, ("cap",)
+    carries_amount = True
     template = Template(
         "A {noun} is {positive} its {amount} up to a maximum of {cap}; one that cannot be paid "
         "is {fallback}."
@@ -151,10 +176,14 @@ class CappedPayment(DecisionKind):
         paid = min(_int(row, rule["amount"]), rule["cap"])
         return [Outcome(rule["positive"], paid), Outcome(rule["fallback"], fallback=True)]
 
+    def shifts(self, params, kept, domain):
+        return [{**params, "cap": o.amount - 5} for _, o in kept if o.amount > 5]
+
 
 class RatePayment(DecisionKind):
     name = "rate_payment"
     reads, positive_word, numbers = ("quantity",), True, ("rate",)
+    carries_amount = True
     template = Template(
         "A {noun} is {positive} {rate} for each unit of {quantity}; one that cannot be paid is "
         "{fallback}."
@@ -167,10 +196,13 @@ class RatePayment(DecisionKind):
         paid = _int(row, rule["quantity"]) * rule["rate"]
         return [Outcome(rule["positive"], paid), Outcome(rule["fallback"], fallback=True)]
 
+    def shifts(self, params, kept, domain):
+        return [{**params, "rate": params["rate"] + step} for step in (-5, 5) if params["rate"] + step >= 5]
+
 
 class TierAssignment(DecisionKind):
     name = "tier_assignment"
-    reads = ("score",)
+    reads, multi_valued, takes = ("score",), True, ("tiers",)
     template = Template("A {noun} is placed by its {score}: {bands}; anything lower is {fallback}.")
 
     def sample_params(self, rng, domain, rows):
@@ -191,10 +223,24 @@ class TierAssignment(DecisionKind):
         top = rule["tiers"][-len(eligible):] if eligible else []
         return [Outcome(tier) for tier, _ in top] + [Outcome(rule["fallback"], fallback=True)]
 
+    def shifts(self, params, kept, domain):
+        score, tiers = domain.case.score, params["tiers"]
+        shifts = []
+        for row, outcome in kept:
+            position = next((i for i, (tier, _) in enumerate(tiers) if tier == outcome.value), None)
+            if position is None:
+                continue
+            floor = int(row[score]) + 1
+            above = tiers[position - 1][1] if position else 10 ** 6
+            if floor < above:
+                raised = [[t, floor if i == position else f] for i, (t, f) in enumerate(tiers)]
+                shifts.append({**params, "tiers": raised})
+        return shifts
+
 
 class TeamRouting(DecisionKind):
     name = "team_routing"
-    reads = ("category",)
+    reads, multi_valued, takes = ("category",), True, ("teams",)
     template = Template(
         "A {noun} goes to the team for its {category}: {routes}; one that cannot go there goes "
         "to {fallback}."
@@ -215,10 +261,14 @@ class TeamRouting(DecisionKind):
         team = dict(rule["routes"])[str(row[rule["category"]])]
         return [Outcome(team), Outcome(rule["fallback"], fallback=True)]
 
+    def shifts(self, params, kept, domain):
+        return [{**params, "routes": [[c, other if c == category else t] for c, t in params["routes"]]}
+                for category, team in params["routes"] for other in domain.decision.teams if other != team]
+
 
 class OptionSelection(DecisionKind):
     name = "option_selection"
-    numbers = ("min_rating",)
+    numbers, carries_amount, multi_valued, takes = ("min_rating",), True, True, ("options",)
     template = Template(
         "Each {noun} is awarded the cheapest of its {option_plural} in `{options_table}` with a "
         "rating of at least {min_rating} (ties to the lower id); if that one cannot be taken, the "
@@ -241,10 +291,13 @@ class OptionSelection(DecisionKind):
             Outcome(rule["fallback"], fallback=True)
         ]
 
+    def shifts(self, params, kept, domain):
+        return [{**params, "min_rating": params["min_rating"] + 1}] if params["min_rating"] < 5 else []
+
 
 class DueDate(DecisionKind):
     name = "due_date"
-    reads, numbers = ("date",), ("days",)
+    reads, numbers, multi_valued, dated = ("date",), ("days",), True, True
     template = Template(
         "Each {noun} is due {days} days after its {date}; if that day cannot be used, the next "
         "day; one that cannot be scheduled is {fallback}."
@@ -260,9 +313,7 @@ class DueDate(DecisionKind):
         days = [Outcome((first + timedelta(days=i)).isoformat()) for i in range(self.horizon)]
         return days + [Outcome(rule["fallback"], fallback=True)]
 
+    def shifts(self, params, kept, domain):
+        return [{**params, "days": params["days"] + step} for step in (-1, 1)
+                if 1 <= params["days"] + step <= 30]
 
-DECISION_KINDS: dict[str, DecisionKind] = {
-    kind.name: kind()
-    for kind in (LimitApproval, EligibilityApproval, CappedPayment, RatePayment, TierAssignment,
-                 TeamRouting, OptionSelection, DueDate)
-}
