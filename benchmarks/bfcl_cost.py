@@ -29,7 +29,7 @@ def main() -> None:
     from interlock.core.config import load_params
     from interlock.core.io import read_rows
     from interlock.core.schemas import TRAJECTORIES
-    from interlock.evaluation.benchmarks import RunSettings
+    from interlock.evaluation.benchmarks import RunSettings, roll_out
     from interlock.evaluation.bfcl import CATEGORIES, BfclMultiTurn
     from interlock.models.backends import make_backend
     from interlock.rollout.engine import RolloutLimits
@@ -61,7 +61,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bfcl-cost-") as tmp:
             out = Path(tmp) / "trajectories.parquet"
             start = time.perf_counter()
-            benchmark.rollout(name.replace("/", "."), name, backend, settings, out=out,
+            roll_out(benchmark, name.replace("/", "."), name, backend, settings, out=out,
                               timings=Path(tmp) / "timings.parquet", work=Path(tmp) / "work")
             wall = time.perf_counter() - start
             trajectories = [Trajectory.from_row(r, str(out)) for r in read_rows(out, TRAJECTORIES)]

@@ -18,7 +18,7 @@ from interlock.core.errors import InterlockError
 from interlock.core.io import read_rows
 from interlock.core.registry import BENCHMARKS
 from interlock.evaluation import bfcl
-from interlock.evaluation.benchmarks import RunSettings
+from interlock.evaluation.benchmarks import RunSettings, roll_out
 from interlock.evaluation.bfcl import (
     ADDED_FUNCTIONS,
     CATEGORIES,
@@ -59,8 +59,8 @@ def _roll_out(bench, backend, tmp_path, attempts: int = 1) -> list[Trajectory]:
     """The benchmark's own rollout (the engine, the Parquet table), read back as the stage grades it."""
     out = tmp_path / "trajectories.parquet"
     settings = RunSettings(attempts=attempts, seed=3, limits=RUN_LIMITS)
-    bench.rollout("m", "m/policy", backend, settings, out=out, timings=tmp_path / "timings.parquet",
-                  work=tmp_path / "work")
+    roll_out(bench, "m", "m/policy", backend, settings, out=out, timings=tmp_path / "timings.parquet",
+             work=tmp_path / "work")
     return [Trajectory.from_row(row, str(out)) for row in read_rows(out, schemas.TRAJECTORIES)]
 
 

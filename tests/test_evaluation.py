@@ -19,7 +19,7 @@ import pytest
 
 from interlock.core import schemas
 from interlock.core.errors import InterlockError
-from interlock.core.io import read_rows, write_table
+from interlock.core.io import read_rows
 from interlock.evaluation.benchmarks import AdmittedPool, RunSettings, rollout_id
 from interlock.evaluation.metrics import (
     TARGET_MDE,
@@ -40,7 +40,7 @@ from interlock.evaluation.metrics import (
     wilson_interval,
 )
 from interlock.evaluation.run import Model, checkpoint_models, run_evaluation
-from interlock.rollout.engine import RolloutLimits, run_episodes
+from interlock.rollout.engine import RolloutLimits
 from interlock.rollout.runs import plan_episodes
 from interlock.rollout.scripted import ScriptedBackend
 from interlock.rollout.trajectory import Trajectory
@@ -608,15 +608,9 @@ class SubmitBench:
     def identity(self):
         return [c.task_id for c in self.contexts]
 
-    def rollout(self, model, policy, backend, settings, *, out, timings, work) -> None:
-        episodes = [dataclasses.replace(e, rollout_id=rollout_id(model, e.task.task_id, e.attempt),
-                                        domain_id="category")
-                    for e in plan_episodes(iter(self.contexts), policy=policy, attempts=settings.attempts,
-                                           seed=settings.seed)]
-        done = sorted(run_episodes(episodes, backend, settings.limits, work), key=lambda t: t.rollout_id)
-        write_table(out, [t.to_row() for t in done], schemas.TRAJECTORIES)
-        write_table(timings, [{"rollout_id": t.rollout_id, "seconds": 0.0} for t in done],
-                    schemas.ROLLOUT_TIMINGS)
+    def episodes(self, policy, attempts, seed):
+        return (dataclasses.replace(e, domain_id="category")
+                for e in plan_episodes(iter(self.contexts), policy=policy, attempts=attempts, seed=seed))
 
     def grade(self, trajectories):
         return [EpisodeResult.of(t, passed=t.finish_reason == "submitted", score=1.0, criterion_pass_rate=1.0)

@@ -12,14 +12,12 @@ intervals, plots). The contract:
   per-domain picture: a held-out domain, a benchmark category); task ids unique within it;
 - ``identity()``: JSON-able data that changes whenever the tasks (or how they are graded) change;
   a finished run is reused on resume only while it is the same;
-- ``rollout(model, policy, backend, settings, out=, timings=, work=)``: run every task
-  ``settings.attempts`` times with ``backend`` and write the trajectories to ``out``
-  (:data:`~interlock.core.schemas.TRAJECTORIES`, atomically, sorted by rollout id, rollout ids from
-  :func:`rollout_id` so they are unique across models, ``policy`` in the policy column, the same
-  bytes for the same settings and a deterministic backend), measured seconds to ``timings``
-  (:data:`~interlock.core.schemas.ROLLOUT_TIMINGS`; they never enter ``out``); ``work`` is a folder of
-  its own for resumable parts. ``settings`` carries attempts, seed, the episode limits and the
-  generation batch size;
+- ``episodes(policy, attempts, seed)``: every task ``attempts`` times as an
+  :class:`~interlock.rollout.engine.Episode`: the task, the environment it opens in (one fresh
+  :class:`~interlock.rollout.engine.Environment` per episode) and its limits. The evaluation loop
+  owns the rollout (:func:`roll_out`): it plays them through the rollout engine with the model's
+  backend, resumably, sets the rollout ids (:func:`rollout_id`, unique across models) and writes the
+  trajectories and their timings;
 - ``grade(trajectories)``: one :class:`~interlock.evaluation.metrics.EpisodeResult` per trajectory,
   in order (``EpisodeResult.of(trajectory, passed=..., score=..., criterion_pass_rate=...)``; leave
   ``primary_passed`` / ``completion_gap`` as None where the benchmark has no such notion, and they
@@ -34,9 +32,9 @@ pool name by one line in the entry-point group ``interlock.benchmarks``
 (docs/authoring.md).
 
 - *AutomationBench-style* (a business workflow with an end-state check): ``tasks()`` from its task
-  files; ``rollout`` turns each starting state into a workspace and a request and runs them
-  through the same engine as here (``plan_episodes``/``run_rollouts`` with a :class:`TaskContext`
-  whose ``pack`` has ``files`` and ``request``); ``grade`` runs its end-state checker on
+  files; ``episodes`` turns each starting state into a workspace and a request
+  (``plan_episodes`` over :class:`TaskContext`\ s whose ``pack`` has ``files`` and ``request``);
+  ``grade`` runs its end-state checker on
   ``trajectory.final_files`` applied to the initial files: ``passed`` = the checker's verdict,
   ``score`` = ``criterion_pass_rate`` = the share of its sub-checks that hold.
 - *JobBench-style* (deliverables scored by a weighted rubric): ``score`` = the rubric's weighted
@@ -46,8 +44,8 @@ pool name by one line in the entry-point group ``interlock.benchmarks``
   the benchmark's own checks (a model grader would need its own, documented, backend).
 - *BFCL v4 multi-turn* (:class:`~interlock.evaluation.bfcl.BfclMultiTurn`, one category per pool,
   read from the installed ``bfcl-eval``): ``tasks()`` = BFCL's entries (``domain_id`` = the API
-  set, e.g. ``GorillaFileSystem+TwitterAPI``); ``rollout`` runs the rollout engine's batched loop
-  with each episode in a :class:`~interlock.evaluation.bfcl.BfclEnvironment` (an
+  set, e.g. ``GorillaFileSystem+TwitterAPI``); each episode opens a
+  :class:`~interlock.evaluation.bfcl.BfclEnvironment` (an
   :class:`~interlock.rollout.engine.Environment`: BFCL's docs as the tools, BFCL's user turns one
   by one, each parsed call executed against the episode's simulated API instances; BFCL's limits,
   not the run's, carried by its episodes), recording the
@@ -68,7 +66,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -79,7 +77,7 @@ from interlock.core.errors import InterlockError
 from interlock.core.io import batched, dumps
 from interlock.core.paths import Paths
 from interlock.evaluation.metrics import EpisodeResult, grade_episode
-from interlock.rollout.engine import EpisodeLimits, RolloutLimits
+from interlock.rollout.engine import Episode, EpisodeLimits, RolloutLimits
 from interlock.rollout.runs import plan_episodes, run_rollouts
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.catalog import Catalog
@@ -108,6 +106,17 @@ def rollout_id(model: str, task_id: str, attempt: int) -> str:
     return f"{model}-{task_id}.a{attempt}"
 
 
+def roll_out(benchmark: Benchmark, model: str, policy: str, backend: ChatBackend, settings: RunSettings, *,
+             out: Path, timings: Path, work: Path) -> None:
+    """Play every episode of ``benchmark`` with ``backend`` through the rollout engine (resumable
+    parts under ``work``); trajectories to ``out``, seconds to ``timings``. The benchmark supplies
+    the episodes and grades them; the loop is the same for all."""
+    episodes = (dataclasses.replace(e, rollout_id=rollout_id(model, e.task.task_id, e.attempt))
+                for e in benchmark.episodes(policy, settings.attempts, settings.seed))
+    run_rollouts(episodes, backend, settings.limits, total=len(benchmark.tasks()) * settings.attempts,
+                 out=out, timings=timings, work=work, run_id="parts", batch_size=settings.batch_size)
+
+
 class Benchmark(Protocol):
     """What an evaluation benchmark provides (see the module's docstring for the contract)."""
 
@@ -119,9 +128,9 @@ class Benchmark(Protocol):
     def identity(self) -> object:
         """JSON-able data that changes when the tasks or their grading change."""
 
-    def rollout(self, model: str, policy: str, backend: ChatBackend, settings: RunSettings, *,
-                out: Path, timings: Path, work: Path) -> None:
-        """Every task x attempt with ``backend``; trajectories to ``out``, seconds to ``timings``."""
+    def episodes(self, policy: str, attempts: int, seed: int) -> Iterator[Episode]:
+        """Every task x attempt as an episode: the task, the environment it opens in and its
+        limits (the rollout id is the loop's to set, :func:`roll_out`)."""
 
     def grade(self, trajectories: Sequence[Trajectory]) -> list[EpisodeResult]:
         """One result per trajectory, in order."""
@@ -181,13 +190,8 @@ class AdmittedPool:
                                  [dataclasses.asdict(r) for r in pack.rubric]]).encode())
         return {"pool": self.name, "tasks": len(self.contexts), "packs": digest.hexdigest()}
 
-    def rollout(self, model: str, policy: str, backend: ChatBackend, settings: RunSettings, *,
-                out: Path, timings: Path, work: Path) -> None:
-        episodes = (dataclasses.replace(e, rollout_id=rollout_id(model, e.task.task_id, e.attempt))
-                    for e in plan_episodes(iter(self.contexts), policy=policy, attempts=settings.attempts,
-                                           seed=settings.seed))
-        run_rollouts(episodes, backend, settings.limits, total=len(self.contexts) * settings.attempts,
-                     out=out, timings=timings, work=work, run_id="parts", batch_size=settings.batch_size)
+    def episodes(self, policy: str, attempts: int, seed: int) -> Iterator[Episode]:
+        return plan_episodes(iter(self.contexts), policy=policy, attempts=attempts, seed=seed)
 
     def grade(self, trajectories: Sequence[Trajectory]) -> list[EpisodeResult]:
         judge = self._judge or self._start_judge()

@@ -49,23 +49,21 @@ import hashlib
 import itertools
 import json
 import keyword
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata, resources
 from pathlib import Path
 from types import SimpleNamespace
 
-from interlock.core.backend import ChatBackend
 from interlock.core.chat import Message, ToolCall, ToolResult
 from interlock.core.config import Params
 from interlock.core.errors import InterlockError
 from interlock.core.io import dumps
 from interlock.core.paths import Paths
-from interlock.evaluation.benchmarks import RunSettings, rollout_id
 from interlock.evaluation.metrics import EpisodeResult
 from interlock.rollout.engine import Episode, EpisodeLimits
-from interlock.rollout.runs import episode_seed, run_rollouts
+from interlock.rollout.runs import episode_seed
 from interlock.rollout.trajectory import Trajectory
 
 #: the evaluation pools (``eval.pools``) and the BFCL v4 multi-turn category each runs
@@ -369,13 +367,9 @@ class BfclMultiTurn:
         return {"benchmark": f"bfcl/{self.category}", "bfcl_eval": _bfcl().version,
                 "tasks": len(self.bfcl_tasks), "digest": digest.hexdigest()}
 
-    def rollout(self, model: str, policy: str, backend: ChatBackend, settings: RunSettings, *,
-                out: Path, timings: Path, work: Path) -> None:
-        episodes = (bfcl_episode(rollout_id(model, task.task_id, attempt), task, self.name, policy, attempt,
-                                 episode_seed(settings.seed, task.task_id, attempt))
-                    for task in self.bfcl_tasks for attempt in range(settings.attempts))
-        run_rollouts(episodes, backend, settings.limits, total=len(self.bfcl_tasks) * settings.attempts,
-                     out=out, timings=timings, work=work, run_id="parts", batch_size=settings.batch_size)
+    def episodes(self, policy: str, attempts: int, seed: int) -> Iterator[Episode]:
+        return (bfcl_episode("", task, self.name, policy, attempt, episode_seed(seed, task.task_id, attempt))
+                for task in self.bfcl_tasks for attempt in range(attempts))
 
     def grade(self, trajectories: Sequence[Trajectory]) -> list[EpisodeResult]:
         return [self._grade(trajectory) for trajectory in trajectories]

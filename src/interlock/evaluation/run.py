@@ -27,7 +27,7 @@ from interlock.core import schemas
 from interlock.core.backend import ChatBackend, release
 from interlock.core.errors import InterlockError
 from interlock.core.io import fingerprint, read_rows, write_table, write_table_set
-from interlock.evaluation.benchmarks import Benchmark, RunSettings
+from interlock.evaluation.benchmarks import Benchmark, RunSettings, roll_out
 from interlock.evaluation.metrics import detectability, domain_rows, model_rows, summarize_pool, table_rows
 from interlock.rollout.trajectory import own_trajectories
 
@@ -133,7 +133,7 @@ def _roll_out(model: Model, benchmarks: Sequence[Benchmark], settings: RunSettin
             done = runs[model.key, benchmark.name]
             done.parent.mkdir(parents=True, exist_ok=True)
             parts = work / "parts" / done.name.removesuffix(".parquet")
-            benchmark.rollout(model.key, model.policy or model.name, backend, settings, out=done,
+            roll_out(benchmark, model.key, model.policy or model.name, backend, settings, out=done,
                               timings=_timings_path(done), work=parts)
             if not done.exists():
                 raise InterlockError(f"benchmark {benchmark.name!r} wrote no trajectories", file=str(done))
