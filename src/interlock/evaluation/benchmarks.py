@@ -33,7 +33,7 @@ pool name by one line in the entry-point group ``interlock.benchmarks``
 
 - *AutomationBench-style* (a business workflow with an end-state check): ``tasks()`` from its task
   files; ``episodes`` turns each starting state into a workspace and a request
-  (``plan_episodes`` over :class:`TaskContext`\ s whose ``pack`` has ``files`` and ``request``);
+  (``plan_episodes`` over task contexts, :class:`TaskContext`, whose ``pack`` has ``files`` and ``request``);
   ``grade`` runs its end-state checker on
   ``trajectory.final_files`` applied to the initial files: ``passed`` = the checker's verdict,
   ``score`` = ``criterion_pass_rate`` = the share of its sub-checks that hold.
