@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import tempfile
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -199,8 +200,7 @@ def export_training_set(paths: Paths, out: Path | str, *, repo: Path) -> Dataset
     domains = read_rows(paths.require(paths.domains), schemas.DOMAINS)
     splits = {row["domain_id"]: row["split"] for row in domains}
     locked = load_params(repo / "params.yaml").paths.training_set.as_posix()
-    provenance = Provenance(*_git_state(repo), _locked_md5(repo / "dvc.lock", locked),
-                            dvc_folder_md5(paths.training_set))
+    provenance = Provenance(*_git_state(repo), _locked_md5(repo, locked), dvc_folder_md5(paths.training_set))
     with atomic_output(out) as tmp:
         result = DatasetExport(out, write_dataset(checked_items(table, splits), tmp), provenance)
         data_sha256 = _file_digest(tmp / DATA_FILE, "sha256")
@@ -212,11 +212,16 @@ def export_training_set(paths: Paths, out: Path | str, *, repo: Path) -> Dataset
 # ----------------------------------------------------------------------------- provenance
 
 def dvc_folder_md5(folder: Path) -> str:
-    """DVC's hash of a folder, as dvc.lock writes it: the md5 of the sorted listing of its files'
-    md5s, with ``.dir`` appended."""
-    listing = sorted(({"md5": _file_digest(path, "md5"), "relpath": path.relative_to(folder).as_posix()}
-                      for path in folder.rglob("*") if path.is_file()), key=lambda entry: entry["relpath"])
-    return hashlib.md5(json.dumps(listing, sort_keys=True).encode()).hexdigest() + ".dir"
+    """DVC's hash of a folder, as dvc.lock writes it (``<md5>.dir``), computed by DVC's own
+    ``dvc_data`` (nothing stored: a dry run into a throwaway object database)."""
+    from dvc_data.hashfile.build import build
+    from dvc_data.hashfile.db import HashFileDB
+    from dvc_objects.fs.local import LocalFileSystem
+
+    fs = LocalFileSystem()
+    with tempfile.TemporaryDirectory(prefix="interlock-hash-") as scratch:
+        _, _, tree = build(HashFileDB(fs, scratch), str(folder), fs, "md5", dry_run=True)
+    return tree.hash_info.value
 
 
 def _file_digest(path: Path, algorithm: str) -> str:
@@ -224,13 +229,18 @@ def _file_digest(path: Path, algorithm: str) -> str:
         return hashlib.file_digest(handle, algorithm).hexdigest()
 
 
-def _locked_md5(lock: Path, path: str) -> str | None:
-    """The hash dvc.lock records for the output ``path`` (None: no lock, or no stage writes it)."""
-    if not lock.is_file():
+def _locked_md5(repo: Path, path: str) -> str | None:
+    """The hash dvc.lock records for the output ``path``, as DVC reads its pipeline (None: no DVC
+    repository, no lock, or no stage writes it)."""
+    from dvc.exceptions import NotDvcRepoError
+    from dvc.repo import Repo
+
+    try:
+        with Repo(str(repo)) as dvc:
+            return next((out.hash_info.value for stage in dvc.index.stages for out in stage.outs
+                         if out.def_path == path and out.hash_info), None)
+    except NotDvcRepoError:
         return None
-    stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
-    return next((out.get("md5") for stage in stages.values() for out in stage.get("outs") or ()
-                 if out.get("path") == path), None)
 
 
 def _git_state(repo: Path) -> tuple[str | None, bool | None]:
