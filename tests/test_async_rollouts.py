@@ -5,8 +5,10 @@ configuration, and resuming a killed run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
 import threading
 import time
 from dataclasses import replace
@@ -322,6 +324,41 @@ def test_a_server_that_answers_byte_by_byte_is_cut_at_the_timeout(tmp_path) -> N
     assert completion.finish_reason == "server_error" and completion.text == ""
     assert "no answer within 0.4 s" in completion.detail and "(tried 2 times)" in completion.detail
     assert server.served == [2] and backend.retries == 1
+
+
+def test_a_server_that_sends_its_headers_byte_by_byte_is_cut_at_the_timeout() -> None:
+    """The status line and headers trickle in, each byte well within a read's timeout: the
+    watchdog cuts each try's connection at ``timeout_s``, long before the headers end (the server
+    finds its connection gone), and the try fails as a timeout."""
+    from interlock.core.backend import ChatRequest
+    from interlock.core.chat import Message
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    head = b"HTTP/1.1 200 OK\r\n" + b"X-Slow: " + b"y" * 400 + b"\r\n"
+    sent: list[int] = []  # per try, the bytes the server got out before the client cut it
+
+    def trickle() -> None:
+        for _ in range(2):  # both tries
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                sent.append(0)
+                with contextlib.suppress(OSError):  # cut by the client
+                    for byte in head:
+                        conn.sendall(bytes([byte]))
+                        sent[-1] += 1
+                        time.sleep(0.05)
+
+    server = threading.Thread(target=trickle, daemon=True)
+    server.start()
+    backend = OpenAIBackend(f"http://127.0.0.1:{listener.getsockname()[1]}/v1", "m",
+                            **client_limits(timeout_s=0.4, max_retries=1), backoff_s=0.01)
+    completion = backend.complete_one(ChatRequest("k", (Message("user", "hi"),)))
+    server.join(timeout=60)
+    listener.close()
+    assert completion.finish_reason == "server_error"
+    assert "no answer within 0.4 s" in completion.detail and "(tried 2 times)" in completion.detail
+    assert len(sent) == 2 and all(count < len(head) for count in sent), sent
 
 
 def test_the_config_reaches_the_backend(tmp_path, monkeypatch) -> None:

@@ -1,5 +1,5 @@
 """The ``openai`` backend: one or several OpenAI-compatible chat-completions servers (``vllm
-serve``, SGLang, ``transformers serve``, a hosted API), over plain HTTP.
+serve``, SGLang, ``transformers serve``, a hosted API), over HTTP with ``httpx``.
 
 It is a :class:`~interlock.core.backend.ConcurrentBackend`: the rollout engine sends each
 episode's request when it is due, at most ``max_in_flight`` at a time, and ``complete`` (a whole
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
-import http.client
 import json
 import math
 import os
@@ -31,12 +30,13 @@ import random
 import socket
 import threading
 import time
-import urllib.parse
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+
+import httpx
 
 from interlock.core.backend import ChatRequest, Completion, CompletionEnd, EpisodeTask
 from interlock.core.chat import Message, call_markup, render_turn
@@ -61,10 +61,7 @@ class Endpoint:
     """One server, and what this client has sent it (read by benchmarks and tests)."""
 
     url: str  # its chat-completions address
-    host: str
     port: int | None
-    path: str
-    https: bool
     in_flight: int = 0
     requests: int = 0  # tries sent, retries included
     streak: int = 0  # tries since its last answer that timed out, broke, or were answered 429 / 5xx
@@ -72,22 +69,20 @@ class Endpoint:
 
     @classmethod
     def parse(cls, base_url: str) -> Endpoint:
-        parts = urllib.parse.urlsplit(base_url.strip())
         try:
-            port = parts.port
-        except ValueError:
-            port = -1
-        if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+            url = httpx.URL(base_url.strip())
+        except (httpx.InvalidURL, TypeError):
+            url = None
+        if (url is None or url.scheme not in ("http", "https") or not url.host
+                or not 0 < (url.port or 80) < 2**16):
             raise InterlockError(f"not an http(s) server address: {base_url!r}",
                                  field="backbone.server.base_urls")
-        path = parts.path.rstrip("/") + "/chat/completions"
-        return cls(f"{parts.scheme}://{parts.netloc}{path}", parts.hostname, port, path,
-                   https=parts.scheme == "https")
+        return cls(str(url.copy_with(path=url.path.rstrip("/") + "/chat/completions")), url.port)
 
 
 class _Watchdog:
-    """Shuts a socket down ``seconds`` after it started (the socket's own timeout bounds each read,
-    not a whole answer)."""
+    """Shuts a try's socket down ``seconds`` after the try started: ``httpx``'s timeouts bound each
+    read, not a whole answer (a server may send its headers or its body byte by byte)."""
 
     def __init__(self, seconds: float) -> None:
         self.fired, self._socket, self._lock = False, None, threading.Lock()
@@ -95,7 +90,12 @@ class _Watchdog:
         self._timer.daemon = True
         self._timer.start()
 
-    def watch(self, sock: socket.socket) -> None:
+    def trace(self, event: str, info: dict) -> None:
+        """``httpx``'s trace extension: watch the socket of the connection the try opens."""
+        if event == "connection.connect_tcp.complete" and info.get("return_value") is not None:
+            self.watch(info["return_value"].get_extra_info("socket"))
+
+    def watch(self, sock: socket.socket | None) -> None:
         with self._lock:
             self._socket = sock
             if self.fired:  # it fired while connecting
@@ -135,9 +135,13 @@ class OpenAIBackend:
         self.endpoints = [Endpoint.parse(url) for url in urls]
         self.model, self.max_in_flight, self.max_retries = model, max_in_flight, max_retries
         self.timeout_s, self.backoff_s, self.max_backoff_s = timeout_s, backoff_s, max_backoff_s
-        self.headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
         if os.environ.get(api_key_env):
-            self.headers["Authorization"] = f"Bearer {os.environ[api_key_env]}"
+            headers["Authorization"] = f"Bearer {os.environ[api_key_env]}"
+        # a connection per try (no keep-alive: the watchdog watches the one the try opens), no
+        # proxy or netrc from the environment, no redirects
+        self.client = httpx.Client(headers=headers, timeout=timeout_s, trust_env=False,
+                                   limits=httpx.Limits(max_connections=None, max_keepalive_connections=0))
         self.retries = 0
         self._lock = threading.Lock()
 
@@ -208,27 +212,25 @@ class OpenAIBackend:
         """One try: the status, ``Retry-After`` in seconds (capped) and at most
         ``MAX_REPLY_BYTES + 1`` bytes of the body, all within ``timeout_s`` in total (a watchdog
         cuts the connection of a server that answers slowly, byte by byte)."""
-        kind = http.client.HTTPSConnection if endpoint.https else http.client.HTTPConnection
-        connection = kind(endpoint.host, endpoint.port, timeout=self.timeout_s)
         watchdog = _Watchdog(self.timeout_s)
         try:
-            connection.connect()
-            watchdog.watch(connection.sock)  # the response keeps reading it after the connection lets go
-            connection.request("POST", endpoint.path, body, self.headers)
-            response = connection.getresponse()
-            data = response.read(MAX_REPLY_BYTES + 1)
-            if watchdog.fired:
-                raise TimeoutError
-            if len(data) <= MAX_REPLY_BYTES and response.length:  # the server broke off its answer
-                raise http.client.IncompleteRead(data, response.length)
-            return response.status, self._retry_after(response.getheader("Retry-After")), data
-        except (OSError, http.client.HTTPException) as exc:
-            if watchdog.fired or isinstance(exc, TimeoutError):
+            with self.client.stream("POST", endpoint.url, content=body,
+                                    extensions={"trace": watchdog.trace}) as response:
+                data = bytearray()
+                for chunk in response.iter_raw():  # as sent: the client asked for no compression
+                    data += chunk
+                    if len(data) > MAX_REPLY_BYTES:
+                        break
+                if watchdog.fired:
+                    raise httpx.TimeoutException("cut by the watchdog")
+                return (response.status_code, self._retry_after(response.headers.get("Retry-After")),
+                        bytes(data[:MAX_REPLY_BYTES + 1]))
+        except (OSError, httpx.HTTPError, httpx.StreamError) as exc:
+            if watchdog.fired or isinstance(exc, httpx.TimeoutException | TimeoutError):
                 raise _Unanswered(f"no answer within {self.timeout_s:g} s") from None
             raise _Unanswered(f"cannot reach the server ({exc!r})"[:300]) from None
         finally:
             watchdog.stop()
-            connection.close()
 
     def _retry_after(self, value: str | None) -> float | None:
         """A ``Retry-After`` header in seconds (delay or HTTP date), at most ``max_backoff_s``;
