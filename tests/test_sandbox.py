@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from interlock.judging.sandbox import Limits, SandboxPool, minimal_env, run_script
+from interlock.judging.sandbox import Limits, SandboxWorkers, minimal_env, run_script
 from interlock.synthesis.workspace import materialize
 
 from helpers.boundary import require_boundary
@@ -43,11 +43,11 @@ def bounded(workspace: Path) -> None:
 
 @pytest.fixture(scope="module")
 def pool():
-    with SandboxPool(2, Limits(cpu_seconds=2, wall_seconds=5, memory_mb=160)) as running:
+    with SandboxWorkers(2, Limits(cpu_seconds=2, wall_seconds=5, memory_mb=160)) as running:
         yield running
 
 
-def test_compiled_checks_run_in_the_pool(pool: SandboxPool, workspace: Path, network_isolation: str) -> None:
+def test_compiled_checks_run_in_the_pool(pool: SandboxWorkers, workspace: Path, network_isolation: str) -> None:
     wrong = {**RECORD, "expect": {"outcome": "rejected"}}
     results = pool.run([(workspace, [RECORD, wrong, {"op": "nope"}])] * 5)
     assert len(results) == 5
@@ -57,7 +57,7 @@ def test_compiled_checks_run_in_the_pool(pool: SandboxPool, workspace: Path, net
     assert pool.network.split(" ")[0] == network_isolation
 
 
-def test_pool_survives_a_worker_that_runs_out_of_memory(pool: SandboxPool, tmp_path: Path,
+def test_pool_survives_a_worker_that_runs_out_of_memory(pool: SandboxWorkers, tmp_path: Path,
                                                         workspace: Path) -> None:
     huge = tmp_path / "huge"
     materialize({"out/decisions.csv": "case_id,outcome\n" + "C-9,x\n" * 30_000_000}, huge)  # ~180 MB
@@ -70,7 +70,7 @@ def test_pool_survives_a_worker_that_runs_out_of_memory(pool: SandboxPool, tmp_p
     assert pool.run([(workspace, [RECORD])])[0][0].passed
 
 
-def test_workers_read_only_through_the_confined_store(pool: SandboxPool, tmp_path: Path) -> None:
+def test_workers_read_only_through_the_confined_store(pool: SandboxWorkers, tmp_path: Path) -> None:
     (tmp_path / "secret.csv").write_text("case_id,outcome\nC-1,approved\n")
     ws = tmp_path / "ws2"
     ws.mkdir()
@@ -179,7 +179,7 @@ def test_a_flooding_script_is_clipped(workspace: Path) -> None:
 def test_a_dead_or_hung_worker_is_replaced(workspace: Path) -> None:
     import signal
 
-    with SandboxPool(1, Limits(wall_seconds=1.0)) as small:
+    with SandboxWorkers(1, Limits(wall_seconds=1.0)) as small:
         os.kill(small._workers[0].process.pid, signal.SIGSTOP)  # hung: never answers
         hung = small.run([(workspace, [RECORD])])[0][0]
         assert not hung.passed and "wall-clock" in hung.evidence
@@ -205,7 +205,7 @@ def test_workers_start_where_the_interpreter_was_found_by_a_relative_path(
     interpreter = Path(sys.executable)
     monkeypatch.chdir(interpreter.parents[1])
     monkeypatch.setattr(sys, "executable", str(interpreter.relative_to(interpreter.parents[1])))
-    with SandboxPool(1) as relative:
+    with SandboxWorkers(1) as relative:
         assert relative.run([(workspace, [RECORD])])[0][0].passed
 
 
@@ -215,7 +215,7 @@ def test_without_a_network_namespace_sockets_are_disabled(workspace: Path, monke
     from interlock.judging import sandbox
 
     monkeypatch.setattr(sandbox, "USE_NETNS", False)
-    with SandboxPool(1) as fallback:
+    with SandboxWorkers(1) as fallback:
         assert fallback.network.startswith("sockets-disabled")
         assert fallback.run([(workspace, [RECORD])])[0][0].passed
     require_boundary(workspace)

@@ -45,8 +45,8 @@ def test_the_sandbox_judges_with_the_checks_of_the_checkout_it_runs_in(tmp_path:
                       + '\n_OPS["copy_marker"] = lambda spec, view: (True, "the copy\'s checks")\n',
                       encoding="utf-8")
     (tmp_path / "ws").mkdir()
-    probe = ("from interlock.judging.sandbox import SandboxPool\n"
-             "with SandboxPool(1) as pool:\n"
+    probe = ("from interlock.judging.sandbox import SandboxWorkers\n"
+             "with SandboxWorkers(1) as pool:\n"
              f"    print(pool.run([({str(tmp_path / 'ws')!r}, [{{'op': 'copy_marker'}}])])[0][0].evidence)\n")
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(copy)},

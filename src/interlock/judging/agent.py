@@ -11,7 +11,7 @@ with the reason (:data:`~interlock.judging.verdicts.REPLAY_FAILED`). It holds th
 definition of a required change (:func:`interlock.synthesis.checks.unrequired_changes`) over
 every state the replay passes through, so a change no decision requires fails the guard even
 where it is undone before the end; it computes the record-level diff against the initial
-workspace, runs every criterion's compiled check in the sandbox pool (the ``submit`` criterion
+workspace, runs every criterion's compiled check in the sandbox workers (the ``submit`` criterion
 reads whether the replayed episode submitted), and lists collateral damage.
 
 With an LLM backend it also reviews each criterion the compiled check passed, through the
@@ -38,7 +38,7 @@ from interlock.core.errors import InterlockError
 from interlock.core.io import dumps
 from interlock.judging.inspection import JUDGE_TOOLS, InspectionEnvironment
 from interlock.judging.judges import DEFAULT_EPISODE, JudgeContext
-from interlock.judging.sandbox import DEFAULT_LIMITS, CheckJob, Limits, SandboxPool, scratch_base
+from interlock.judging.sandbox import DEFAULT_LIMITS, CheckJob, Limits, SandboxWorkers, scratch_base
 from interlock.judging.verdicts import QUOTE, REFUSED, REPLAY_FAILED, Judgement, quote, verdict_row
 from interlock.rollout.engine import (
     Episode,
@@ -203,11 +203,11 @@ class _Review:
 
 
 class AgentJudge:
-    """Grades rollouts on copies of their final workspaces, through the sandbox pool."""
+    """Grades rollouts on copies of their final workspaces, through the sandbox workers."""
 
     name = NAME
 
-    def __init__(self, pool: SandboxPool | None = None, *, workers: int | None = None,
+    def __init__(self, pool: SandboxWorkers | None = None, *, workers: int | None = None,
                  limits: Limits = DEFAULT_LIMITS, backend: ChatBackend | None = None,
                  scratch: Path | str | None = None, max_turns: int = 4, max_new_tokens: int = 256,
                  diff_chars: int = 3000, observation_chars: int = 2000,
@@ -215,7 +215,7 @@ class AgentJudge:
         self._own_pool = pool is None
         self.sandbox = sandbox  # the provider model-written checks run behind (judging.sandboxes)
         self.episode = episode  # the rules the judged episodes were played under
-        self.pool = pool or SandboxPool(workers, limits)
+        self.pool = pool or SandboxWorkers(workers, limits)
         self.backend = backend
         self.limits = limits
         self.max_turns, self.max_new_tokens = max_turns, max_new_tokens

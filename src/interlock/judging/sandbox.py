@@ -2,7 +2,7 @@
 
 Two ways in:
 
-- :class:`SandboxPool` starts N worker processes once and feeds them compiled-check jobs,
+- :class:`SandboxWorkers` starts N worker processes once and feeds them compiled-check jobs,
   ``(workspace dir, [check specs]) -> [CheckOutcome]``. The specs travel over a pipe, never
   through the workspace, and the workers read the workspace only through a confined
   :class:`~interlock.synthesis.workspace.DirectoryStore`. A worker that crashes, runs out of memory or
@@ -222,7 +222,7 @@ def _select(streams: list, timeout: float) -> tuple[list, list, list]:
     return select.select(streams, [], [], max(0.0, timeout))
 
 
-class SandboxPool:
+class SandboxWorkers:
     """N sandboxed worker processes for compiled checks, started once, replaced when they die."""
 
     def __init__(self, workers: int | None = None, limits: Limits = DEFAULT_LIMITS,
@@ -237,7 +237,7 @@ class SandboxPool:
         self.restarts = 0
 
     # lifecycle
-    def __enter__(self) -> SandboxPool:
+    def __enter__(self) -> SandboxWorkers:
         self.start()
         return self
 
