@@ -47,7 +47,8 @@ def pool():
         yield running
 
 
-def test_compiled_checks_run_in_the_pool(pool: SandboxWorkers, workspace: Path, network_isolation: str) -> None:
+def test_compiled_checks_run_in_the_workers(pool: SandboxWorkers, workspace: Path,
+                                            network_isolation: str) -> None:
     wrong = {**RECORD, "expect": {"outcome": "rejected"}}
     results = pool.run([(workspace, [RECORD, wrong, {"op": "nope"}])] * 5)
     assert len(results) == 5
