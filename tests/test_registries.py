@@ -404,6 +404,20 @@ def test_a_line_in_this_repositorys_pyproject_registers_without_reinstalling(tmp
             del sys.modules[name]
 
 
+@pytest.mark.parametrize(("value", "problem"), [("no_such_module:build", "no module 'no_such_module'"),
+                                                ("toy_judge:no_such_factory", "no_such_factory"),
+                                                ("toy_judge:", "")])
+def test_a_line_that_points_at_nothing_is_refused_naming_it(lab, tmp_path: Path, monkeypatch, value: str,
+                                                            problem: str) -> None:
+    project = tmp_path / "pyproject.toml"
+    project.write_text(_added({"interlock.judges": {"broken": value}}))
+    monkeypatch.setattr(registry, "CHECKOUT_PROJECT", project)
+    with pytest.raises(InterlockError, match="judge 'broken' is registered by interlock as") as error:
+        JUDGES["broken"]
+    assert problem in str(error.value) and error.value.field == "judge.graders"
+    assert JUDGES["lenient"].__module__ == "toy_judge"  # the others still load
+
+
 def test_two_distributions_registering_one_name_are_refused(lab, tmp_path: Path) -> None:
     clash = tmp_path / "clash-0.1.dist-info"
     clash.mkdir()

@@ -56,9 +56,24 @@ class Registry(Generic[T]):
                                  f"a plugin registers in the entry-point group {self.group!r} "
                                  "(docs/authoring.md)", field=self.field)
         if target not in self._loaded:
-            loaded = metadata.EntryPoint(name, target[1], self.group).load()
+            loaded = self._load(name, *target)
             self._loaded[target] = self.build(name, loaded) if self.build else loaded
         return self._loaded[target]
+
+    def _load(self, name: str, owner: str, value: str) -> Any:
+        """What a registration line points at; a line that points at nothing is an error naming it
+        (an import that fails inside the plugin's own module is the plugin's, and propagates)."""
+        entry = metadata.EntryPoint(name, value, self.group)
+        try:
+            return entry.load()
+        except ModuleNotFoundError as error:
+            if error.name is None or not entry.module.startswith(error.name):
+                raise
+            problem = f"no module {error.name!r}"
+        except (AttributeError, ValueError) as error:
+            problem = str(error)
+        raise InterlockError(f"{self.kind} {name!r} is registered by {owner} as {value!r}, which points at "
+                             f"nothing: {problem}", field=self.field)
 
     def __getitem__(self, name: str) -> T:
         return self.get(name)
