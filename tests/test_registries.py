@@ -34,11 +34,13 @@ from interlock.core.registry import (
 )
 from interlock.core.types import TaskSize
 from interlock.evaluation.stage import benchmarks_for
+from interlock.export import harbor
 from interlock.judging import sandbox
 from interlock.judging.judges import JudgeContext
 from interlock.judging.stage import run_accept, run_judge
 from interlock.models.backends import make_backend
 from interlock.recursive.operators import NotApplicable
+from interlock.review.controls import run_reference
 from interlock.review.critic import critic_problems
 from interlock.rollout.runs import scripted_rollouts
 from interlock.synthesis.blueprints import make_blueprint
@@ -46,6 +48,7 @@ from interlock.synthesis.catalog import Domain
 from interlock.synthesis.graph import build_graph
 from interlock.synthesis.packs import compile_pack
 from interlock.synthesis.tasks import TaskContext
+from interlock.synthesis.workspace import materialize
 from interlock.testing.adversaries import PLANS
 
 from helpers.artifacts import write_packs
@@ -348,7 +351,9 @@ def test_a_toy_rewrite_operator_grows_a_declared_child(lab, tasks) -> None:
 def test_toy_kinds_make_a_domain_whose_tasks_compile_solve_and_judge(lab, catalog, tmp_path: Path) -> None:
     """A domain declared with the toy decision, coupling and effect kinds passes the catalog's
     checks (derived from the kinds' facts), its tasks compile, the public-input critic solves them
-    from the request and workspace alone, and the agent judge accepts the oracle and no other."""
+    from the request and workspace alone, the agent judge accepts the oracle and no other, and the
+    exported Harbor verifier (standard library only: the toy coupling copied in) gives the oracle's
+    work reward 1."""
     base = next(d for d in catalog.domains if d.decision.kind == "limit_approval" and d.split == "train")
     declared = base.model_dump(mode="json")
     declared.update(id="toy_domain", couplings=["pair_cap"])
@@ -367,6 +372,15 @@ def test_toy_kinds_make_a_domain_whose_tasks_compile_solve_and_judge(lab, catalo
     summary, made, (table, out, packs_dir) = _judged(contexts, tmp_path, ["agent"])
     accepted, _ = run_accept(table, out, [packs_dir], tmp_path / "accepted.parquet", judge="agent")
     assert accepted["accepted"] == 2 == len(made) // 2  # the oracle's two, not claim_only's
+    pack = contexts[0].pack
+    (folder,) = harbor.write_tasks([pack], tmp_path / "harbor")
+    materialize(run_reference(pack).final.contents, tmp_path / "oracle")
+    done = subprocess.run([sys.executable, "-I", "-S", str(folder / "tests" / "verify.py"), "--checks",
+                           str(folder / "tests" / "checks.json"), "--workspace", str(tmp_path / "oracle"),
+                           "--out", str(tmp_path / "logs")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "logs" / "reward.txt").read_text().strip() == "1"
+    assert "class PairCap(CouplingKind):" in (folder / "tests" / "verify.py").read_text()
 
 
 def test_a_kind_whose_class_names_another_name_is_refused(lab, tmp_path: Path, monkeypatch) -> None:

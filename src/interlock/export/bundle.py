@@ -16,12 +16,15 @@ import heapq
 import inspect
 import symtable
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
 
 from interlock.core.errors import InterlockError
 
 FUTURE = "from __future__ import annotations"
+#: where the plugins a script is given come from, in its section comments
+PLUGINS = "plugins"
 
 
 @dataclass(frozen=True)
@@ -99,10 +102,17 @@ class _Chunk:
     after: set[tuple[str, int]]  # the chunks whose names it uses when it is defined
 
 
-def bundle(entry: ModuleType, function: str, docstring: str) -> str:
+def bundle(entry: ModuleType, function: str, docstring: str, *,
+           plugins: Mapping[str, Mapping[str, object]] | None = None) -> str:
     """The script that runs ``entry.function()`` as its main program, its exit status the
     function's return value. Definitions come module by module (in the order the entry reaches
-    them) and in source order, except where one needs another to exist when it is defined."""
+    them) and in source order, except where one needs another to exist when it is defined.
+
+    ``plugins``: registries the code looks plugins up in (``COUPLING_KINDS``), each as the plugins
+    the script needs by name; the script binds the registry's name to a dict of them, each made
+    again from its class (copied like any definition, with no arguments), since the registry finds
+    plugins through installed metadata the script's machine does not have."""
+    plugins = plugins or {}
     modules: dict[str, Definitions] = {}
     owners: dict[str, str] = {}  # a name the script binds -> where it comes from
     chunks: dict[tuple[str, int], _Chunk] = {}  # by (module, line)
@@ -135,6 +145,8 @@ def bundle(entry: ModuleType, function: str, docstring: str) -> str:
             return key
         if name in definitions.imports:
             origin, attribute = definitions.imports[name]
+            if name in plugins:
+                return provide(name, module)
             if origin.split(".")[0] in sys.stdlib_module_names:
                 bind(name, f"{origin}.{attribute}" if attribute else origin, module)
                 stdlib[name] = (origin, attribute)
@@ -146,6 +158,18 @@ def bundle(entry: ModuleType, function: str, docstring: str) -> str:
         if not hasattr(builtins, name):
             raise InterlockError(f"{name!r} is not a top-level name of the module", item=module, field=name)
         return None
+
+    def provide(name: str, module: str) -> tuple[str, int]:
+        """A registry's plugins as one definition: ``name = {"key": Class(), ...}``."""
+        key = (PLUGINS, sorted(plugins).index(name))
+        if key not in chunks:
+            ranks.setdefault(PLUGINS, len(ranks))
+            bind(name, PLUGINS, module)
+            classes = {key_: type(plugin) for key_, plugin in plugins[name].items()}
+            after = {need(cls.__module__, cls.__qualname__) for cls in classes.values()} - {None}
+            made = ", ".join(f"{key_!r}: {cls.__qualname__}()" for key_, cls in classes.items())
+            chunks[key] = _Chunk(f"{name} = {{{made}}}", after)
+        return key
 
     need(entry.__name__, function)
     lines = ["#!/usr/bin/env python3", f'"""{docstring}"""', "", FUTURE, ""]
