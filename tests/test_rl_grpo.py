@@ -300,12 +300,21 @@ def uninterrupted(tiny_checkpoint, tmp_path_factory) -> tuple[Path, dict]:
     return root, json.loads(whole.stdout.splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def killed_at_two(tiny_checkpoint, tmp_path_factory) -> Path:
+    """The helper's run killed with SIGKILL once the trainer checkpoint of step 2 is written: its
+    folder, which each test resuming it copies first (the same run, killed once for both)."""
+    root = tmp_path_factory.mktemp("grpo-killed")
+    killed = _run(tiny_checkpoint, root, "--kill-at", "2")
+    assert killed.returncode == -9 and not (root / "rl").exists()
+    assert (root / "work" / "trainer" / "checkpoint-2").is_dir()
+    return root
+
+
 def test_a_run_killed_with_sigkill_resumes_from_its_last_checkpoint_to_the_same_weights(
-        tiny_checkpoint, uninterrupted, tmp_path) -> None:
+        tiny_checkpoint, uninterrupted, killed_at_two, tmp_path) -> None:
     whole, reference = uninterrupted
-    killed = _run(tiny_checkpoint, tmp_path / "killed", "--kill-at", "2")
-    assert killed.returncode == -9 and not (tmp_path / "killed" / "rl").exists()
-    assert (tmp_path / "killed" / "work" / "trainer" / "checkpoint-2").is_dir()
+    shutil.copytree(killed_at_two, tmp_path / "killed")
     resumed = _run(tiny_checkpoint, tmp_path / "killed")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     result = json.loads(resumed.stdout.splitlines()[-1])
@@ -317,11 +326,11 @@ def test_a_run_killed_with_sigkill_resumes_from_its_last_checkpoint_to_the_same_
     assert _same(_weights(tmp_path / "killed" / "rl"), _weights(whole / "rl"))
 
 
-def test_resuming_from_the_weights_alone_is_not_the_same_run(tiny_checkpoint, uninterrupted,
+def test_resuming_from_the_weights_alone_is_not_the_same_run(tiny_checkpoint, uninterrupted, killed_at_two,
                                                              tmp_path) -> None:
     """The broken twin of resuming: the optimizer's state and the RNG states lost, the weights kept."""
     whole, _ = uninterrupted
-    assert _run(tiny_checkpoint, tmp_path / "twin", "--kill-at", "2").returncode == -9
+    shutil.copytree(killed_at_two, tmp_path / "twin")
     checkpoint = tmp_path / "twin" / "work" / "trainer" / "checkpoint-2"
     for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
         (checkpoint / name).unlink()
