@@ -60,8 +60,8 @@ def swept(smoke_repo, tmp_path_factory) -> Iterator[Path]:
     # trajectories from 2 domains (the agent judge's first two domains hold 3 accepted at the smoke
     # scale).
     # Recursive synthesis as the smoke run has it, so the grown pool and the rollouts are the smoke
-    # run's (DVC's run cache): a sweep starts after the rollouts. Two RFT seeds, not the smoke
-    # run's three: enough for the seed noise of every comparison, a third less to train and evaluate.
+    # run's (DVC's run cache): a sweep starts after the rollouts. Two RFT seeds, as the smoke run
+    # trains (the smoke experiment's own default is three): enough for every comparison's seed noise.
     sweeps = (("domains.count=2,4", ("judge=text", "synthesis=rst", "train.seeds=2"), "breadth"),
               ("judge=agent,text", ("domains.count=2", "scale.breadth_trajectories=2", "synthesis=rst",
                                     "train.seeds=2"), "judge"))

@@ -34,7 +34,7 @@ from helpers.repo import BIN, SMOKE, command_timeout, commit, dvc, stages_run, u
 
 TWO = ("train.launcher=accelerate launch --multi_gpu --num_processes 2 --num_machines 1 "
        "--mixed_precision no --dynamo_backend no")
-#: one RFT seed (the smoke run trains three): what is compared is each fine-tuning, not how many
+#: one RFT seed (the smoke run trains two): what is compared is each fine-tuning, not how many
 STEPS = ("train=grpo", "train.gradient_accumulation=2", "train.rl.steps=2", "train.rl.max_turns=3",
          "train.seeds=1")
 FINE_TUNINGS = {"demo_sft": "demo_sft", "train": "rft/seed-0"}

@@ -24,9 +24,12 @@ BIN = Path(sys.executable).parent
 #: what W&B and DVC may inherit from the caller's environment that would send the smoke run's
 #: tracking or experiment names elsewhere
 ISOLATED = ("WANDB_MODE", "WANDB_DIR", "WANDB_DISABLED", "DVC_ROOT", "DVC_EXP_NAME", "DVC_STAGE")
-#: the smoke run: the smoke experiment, with the opt-in BFCL pool beside the default's benchmark, and the
-#: two methods on (rollout-time intervention, recursive synthesis)
-SMOKE = ("experiment=smoke", "eval.pools=[benchmark,indist,bfcl]", "intervention=rti", "synthesis=rst")
+#: the smoke run: the smoke experiment, with the opt-in BFCL pool beside the default's benchmark, the
+#: two methods on (rollout-time intervention, recursive synthesis), and two RFT seeds (enough for
+#: the seed noise of every interval; each run of the suite that trains or evaluates then does a
+#: third less)
+SMOKE = ("experiment=smoke", "eval.pools=[benchmark,indist,bfcl]", "intervention=rti", "synthesis=rst",
+         "train.seeds=2")
 #: the suite's budget in seconds: how long ``make test`` (ruff and every test) may take on a clean
 #: clone on 2 cores with two other CPU-heavy jobs beside it (issue 26's busy machine); on an idle
 #: machine of that class it takes about half (docs/measurements.md, Tests and CI)
