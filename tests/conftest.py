@@ -32,16 +32,16 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // workers)))
 
 
-#: seconds the slowest test files take on one worker of two (clean clone, 2-core AMD EPYC,
-#: 2026-12-07; the smoke run's build not counted, whichever file asks first builds it): the
+#: seconds the slowest test files take on one worker of two (a clean clone on a 2-core AMD EPYC,
+#: 2026-12-07, the smoke run's build not counted: whichever file asks first builds it): the
 #: scheduler hands out the longest first, so that no file of minutes starts last while the other
-#: worker idles, and the rehearsal (which needs no smoke run) starts while the smoke run is built
+#: worker idles, and the rehearsal (which needs no smoke run) runs while the smoke run is built
 FILE_SECONDS = {
-    "tests/test_dvc_pipeline.py": 400, "tests/test_rl_grpo.py": 400, "tests/test_rehearsal.py": 365,
-    "tests/test_perf.py": 310, "tests/test_ablations.py": 300, "tests/test_two_process_training.py": 190,
-    "tests/test_model_judges.py": 170, "tests/test_pipeline.py": 120, "tests/test_served_pipeline.py": 100,
-    "tests/test_queue.py": 86, "tests/test_engine.py": 63, "tests/test_vllm_backend.py": 61,
-    "tests/test_judge_stages.py": 56,
+    "tests/test_ablations.py": 230, "tests/test_rehearsal.py": 175, "tests/test_rl_grpo.py": 165,
+    "tests/test_two_process_training.py": 155, "tests/test_perf.py": 150,
+    "tests/test_served_pipeline.py": 130, "tests/test_pipeline.py": 95, "tests/test_dvc_pipeline.py": 90,
+    "tests/test_model_judges.py": 75, "tests/test_queue.py": 75, "tests/test_engine.py": 35,
+    "tests/test_vllm_backend.py": 30, "tests/test_judge_stages.py": 25, "tests/test_hostile_records.py": 25,
 }
 
 

