@@ -19,7 +19,7 @@ test: venv-dev
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
-# The prepared check for a GPU machine (benchmarks/gpu_check.py, docs/scale-out.md): the GPU tests,
+# The prepared check for a GPU machine (perf/gpu_check.py, docs/scale-out.md): the GPU tests,
 # served against offline vLLM, training figures, a short served run of the pipeline. Where
 # nvidia-smi sees a GPU the venv gets the dev and `gpu` extras (vLLM for CUDA, which pins its own
 # torch: constraints.txt less its torch pin) and no CPU build of anything; elsewhere the dev set-up
@@ -29,7 +29,7 @@ gpu-check:
 	  mkdir -p $(VENV) && grep -v '^torch==' constraints.txt > $(VENV)/gpu-constraints.txt && \
 	  $(MAKE) --no-print-directory venv EXTRAS='[dev,gpu]' CONSTRAINTS=$(VENV)/gpu-constraints.txt BACKENDS=; \
 	else $(MAKE) --no-print-directory venv-dev; fi
-	$(BIN)/python benchmarks/gpu_check.py
+	$(BIN)/python perf/gpu_check.py
 
 # One recipe creates the venv and installs the package; EXTRAS selects the extras.
 # bfcl-eval (BFCL v4 multi-turn, src/interlock/evaluation/bfcl.py) goes in with --no-deps: its declared

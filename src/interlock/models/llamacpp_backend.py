@@ -22,7 +22,7 @@ differs only in where logits come from:
 
 Which file: ``model.f32.gguf`` (the same weights as the safetensors; greedy completions match
 the transformers backend's, tested) or ``model.q8_0.gguf`` (faster; its agreement is measured in
-``benchmarks/llamacpp_backend.py``). With the F32 file the KV cache is f32 and flash attention
+``perf/llamacpp_backend.py``). With the F32 file the KV cache is f32 and flash attention
 is off (llama.cpp's CPU flash attention rounds through f16: logits then differ by about 1e-3
 of their scale, against 1e-6 without); with Q8_0 the cache is f16, flash attention off too (it is
 slower on these CPUs). Memory: the cache is allocated whole, ``max_sequences x max_context``

@@ -10,7 +10,7 @@ written as a clean paraphrase. Per class: how many were refused, by which review
 of the reviews that must refuse it; clean paraphrases refused should be none. The ``review`` stage
 writes the table to ``metrics/review.json`` (``author_faults``) on every run, the templates'
 included (a few seconds), so a change that lets a class of mistake through shows in the next run's
-metrics; ``benchmarks/generator_faults.py`` runs it over the whole catalog.
+metrics; ``perf/generator_faults.py`` runs it over the whole catalog.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Test doubles shipped for users who test their own extensions (a backend, a benchmark, a judge):
-what the project's own tests and performance scripts (benchmarks/) use, in a package no stage imports.
+what the project's own tests and performance scripts (perf/) use, in a package no stage imports.
 
 - :mod:`.loopback_server`: an OpenAI-compatible chat-completions server on 127.0.0.1, answering
   what a script makes of each request (:class:`~.loopback_server.ScriptedAgent` drives a real

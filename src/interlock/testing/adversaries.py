@@ -1,5 +1,5 @@
 """The adversarial suite: scripted solvers that try to game the judge, for the tests and
-``benchmarks/`` only (here, where no stage imports them, editing one reruns nothing).
+``perf/`` only (here, where no stage imports them, editing one reruns nothing).
 
 Every adversary in :data:`ATTACKS` does the oracle's whole work and adds only its attack
 (:class:`Attack`, :func:`with_attack`), so that the attack alone is what can fail it; the two

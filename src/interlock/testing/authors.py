@@ -1,6 +1,6 @@
 """The scripted author (:class:`interlock.review.scripted_author.ScriptedAuthor`) served over a
 real OpenAI-compatible HTTP server (:class:`~interlock.testing.loopback_server.LoopbackServer`),
-as the tests and ``benchmarks/generator_faults.py`` use it.
+as the tests and ``perf/generator_faults.py`` use it.
 
 ``python -m interlock.testing.authors --port 8765`` serves the clean author, for a
 ``generator=llm`` run without a model (docs/pipeline.md#model-authors-generatorllm).

@@ -7,7 +7,7 @@ tokens, the longest prompt and why it ended, with its model's wall seconds and t
 decode split (``model_*``: all of that model's episodes, which decode together). Not a test: it
 sizes ``scale.evaluation.bfcl_tasks`` against the default run's 30-minute budget.
 
-    .venv/bin/python benchmarks/bfcl_cost.py [--models base demo_sft rft/seed-0] [--tasks 2]
+    .venv/bin/python perf/bfcl_cost.py [--models base demo_sft rft/seed-0] [--tasks 2]
         [--pool bfcl_long_context] [--models-dir data/models] [--params params.yaml] [--json PATH]
 """
 

@@ -9,7 +9,7 @@ conformance, oracle execution), single process. Not a test: it prints a table pe
 totals, and checks the issue's targets (the published run's 37,484 validated tasks in 15 rounds
 within 15 minutes; memory flat across rounds).
 
-    .venv/bin/python benchmarks/rst_rounds.py [--target 37484] [--rounds 15] [--seeds 256]
+    .venv/bin/python perf/rst_rounds.py [--target 37484] [--rounds 15] [--seeds 256]
         [--sampler uniform|novelty] [--json PATH]
 
 A shorter run (``--target 1500``) measures seconds per validated task; the full target at that

@@ -18,7 +18,7 @@ The checkpoint is ``--checkpoint`` (default: the default run's ``data/models/bas
 exists, else the tiny test model, built in seconds). Each part's seconds are printed; the whole
 is meant to fit 8 minutes on one GPU. ``--json PATH`` writes the figures.
 
-    .venv/bin/python benchmarks/gpu_check.py [--checkpoint DIR] [--prompts 64] [--skip-tests]
+    .venv/bin/python perf/gpu_check.py [--checkpoint DIR] [--prompts 64] [--skip-tests]
         [--skip-pipeline] [--json PATH]
 """
 
@@ -152,7 +152,7 @@ def _timed(complete, requests) -> tuple[dict, list]:
 
 def training(checkpoint: Path, info: dict, work: Path) -> dict:
     if not info["cuda"]:
-        return skipped("no GPU: training's CPU throughput is in benchmarks/training_throughput.py")
+        return skipped("no GPU: training's CPU throughput is in perf/training_throughput.py")
     import torch
     from transformers import AutoTokenizer
 

@@ -29,7 +29,7 @@ vLLM on a CPU runs in this process with the backend's CPU defaults (eager, a KV 
 
 Not a test: it prints tables, and writes them as JSON with ``--json``.
 
-    .venv/bin/python benchmarks/backends.py [--backends transformers@float32 transformers@bfloat16
+    .venv/bin/python perf/backends.py [--backends transformers@float32 transformers@bfloat16
         llamacpp:Q8_0 vllm@bfloat16 vllm@float32] [--fidelity-prompts 24] [--tasks N] [--skip-run]
         [--params params.yaml] [--json PATH]
 """

@@ -1,6 +1,6 @@
 """The adversarial suite against both judges, and their false rejects on correct work.
 
-    .venv/bin/python benchmarks/abuse_suite.py [--data data] [--tasks 32] [--attempts 8]
+    .venv/bin/python perf/abuse_suite.py [--data data] [--tasks 32] [--attempts 8]
         [--skip-effect 0.3] [--ignore-coupling 0.5] [--json PATH]
 
 Plays the oracle and every scripted adversary on admitted ``rft`` tasks through the rollout

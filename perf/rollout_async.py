@@ -22,7 +22,7 @@ others' seconds a turn against one slow reply, at least 1x: every turn waited fo
 server that answers byte by byte (the seconds until the client gave up against its two tries'
 ``timeout_s`` of 0.4).
 
-    .venv/bin/python benchmarks/rollout_async.py [--tasks 16] [--attempts 8] [--in-flight 32]
+    .venv/bin/python perf/rollout_async.py [--tasks 16] [--attempts 8] [--in-flight 32]
         [--endpoints 2] [--median-tokens 40] [--sigma 1.0] [--ms-per-token 2] [--error-rate 0.01]
         [--slow-ms 400] [--seed 0] [--json PATH]
 """

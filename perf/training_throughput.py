@@ -24,7 +24,7 @@ two examples from the same weights, and their losses must agree within :data:`LO
 same tokens, same targets, same normalisation (a step's summed target-token loss over its target
 count), so the sides are compared on the same objective.
 
-    .venv/bin/python benchmarks/training_throughput.py [--trajectories PATH]
+    .venv/bin/python perf/training_throughput.py [--trajectories PATH]
         [--checkpoint data/models/base | --tiny] [--examples 8] [--batch-size 4]
         [--batch-tokens 2048 [4096 ...]] [--rounds 1] [--json PATH]
 

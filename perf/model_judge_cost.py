@@ -14,7 +14,7 @@ compiled checks passed); the text judge's ``no_verdict``, the rollouts on which 
 parseable answer (every criterion then fails). Not a test: the default run judges with the
 scripted backends, which cost no tokens.
 
-    .venv/bin/python benchmarks/model_judge_cost.py [--checkpoint data/models/demo_sft]
+    .venv/bin/python perf/model_judge_cost.py [--checkpoint data/models/demo_sft]
         [--rollouts 16] [--data data] [--params params.yaml] [--json PATH]
 
 The rollouts are the first ``--rollouts`` of ``<data>/rollouts/trajectories.parquet`` (the

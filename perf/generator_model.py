@@ -4,7 +4,7 @@ grammar; transformers decodes freely) writes the packs of some training tasks, a
 read them. Prints the admission rate, how many tasks each review refused, the most common
 reasons, and what each admitted task cost (calls, tokens, seconds).
 
-    .venv/bin/python benchmarks/generator_model.py --checkpoint data/models/base \\
+    .venv/bin/python perf/generator_model.py --checkpoint data/models/base \\
         [--backend llamacpp|transformers] [--tasks 8] [--max-new-tokens 1536] [--max-attempts 2]
         [--json PATH]
 

@@ -8,7 +8,7 @@ so both sides see exactly the same conversations whatever they generate (greedy 
 they generate the same text too, up to floating-point ties; the agreement is reported). Not a
 test: it prints a table and checks the target of issue 3 (engine at least 2x the naive loop).
 
-    .venv/bin/python benchmarks/rollout_engine.py [--checkpoint data/models/base]
+    .venv/bin/python perf/rollout_engine.py [--checkpoint data/models/base]
         [--episodes 16] [--turns 6] [--max-new-tokens 48] [--packs data/packs] [--json PATH]
 
 Tokens processed per second counts what each side actually runs through the model (the

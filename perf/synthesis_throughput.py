@@ -6,7 +6,7 @@ one core, so the peak resident memory of every size is measured independently. N
 it prints a table and checks the targets of the "Bad input, determinism, scale" section
 (10k tasks in at most 60 s; peak memory at 100k at most 1.5x that at 10k).
 
-    .venv/bin/python benchmarks/synthesis_throughput.py [--sizes 1000 10000 100000]
+    .venv/bin/python perf/synthesis_throughput.py [--sizes 1000 10000 100000]
         [--task-size default|paper] [--row-group-tasks 256] [--catalog PATH] [--json PATH]
 
 Task counts: every size uses as many catalog domains as it can (training domains for the

@@ -10,7 +10,7 @@ served it (from ``metrics/timing`` and each stage's ``runtime``),
 then the counts that say what the run did: tasks admitted, episodes rolled out and accepted,
 evaluated episodes per model.
 
-    .venv/bin/python benchmarks/paper_rehearsal.py [--size small|full] [--keep DIR] [--json PATH]
+    .venv/bin/python perf/paper_rehearsal.py [--size small|full] [--keep DIR] [--json PATH]
 
 ``small`` is what ``make test`` runs (tests/test_perf.py); ``full`` more domains and
 tasks, the figures docs/measurements.md reports.

@@ -8,7 +8,7 @@ many were refused. Then the diversity of what the authors wrote against the temp
 the same graphs: each task's nearest-neighbour similarity (recursive synthesis's index), mean
 and tail.
 
-    .venv/bin/python benchmarks/generator_faults.py [--domains N] [--json PATH]
+    .venv/bin/python perf/generator_faults.py [--domains N] [--json PATH]
 
 Not a test: the tests plant each class on one task (tests/test_generator_agents.py); this
 measures every class over the catalog's training domains.

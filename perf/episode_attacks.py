@@ -1,6 +1,6 @@
 """The whole-episode attacks against any checkout's judge and tools: which of them still pass.
 
-    PYTHONPATH=<checkout>/src .venv/bin/python benchmarks/episode_attacks.py
+    PYTHONPATH=<checkout>/src .venv/bin/python perf/episode_attacks.py
 
 Written with only what the code as it landed (86f26da) and the code after it share, so one script
 measures both side by side: check the landed commit out beside this one

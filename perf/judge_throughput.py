@@ -7,7 +7,7 @@ needed. They are made before the clock starts. The process (and so every sandbox
 starts) is pinned to ``--cores`` CPUs. Not a test: it prints a table and checks the target of
 issue 3 (at least 50 rollouts/s for the default tasks).
 
-    .venv/bin/python benchmarks/judge_throughput.py [--data data] [--cores 2]
+    .venv/bin/python perf/judge_throughput.py [--data data] [--cores 2]
         [--workers 2] [--rollouts 2000] [--batch 64] [--json PATH]
 
 ``--data`` is a data folder with the ``domains``, ``graphs``, ``packs`` and ``review`` stages'

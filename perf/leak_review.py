@@ -7,7 +7,7 @@ module too, interleaved so that the machine's load falls on both alike. Prints t
 packs, per pack and per file, how many packs each refused (none is right), and how many files
 the quick look let through unread. Not a test.
 
-    .venv/bin/python benchmarks/leak_review.py [--repeats 5] [--before /tmp/leaks_before.py]
+    .venv/bin/python perf/leak_review.py [--repeats 5] [--before /tmp/leaks_before.py]
 """
 
 from __future__ import annotations

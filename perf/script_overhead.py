@@ -7,7 +7,7 @@ and as many bare ``python -I -c pass`` starts for reference, interleaved so that
 load falls on all alike; prints the median and the 90th percentile of each, their ratio to the
 bare start, the isolation each ran under, and the providers skipped with why. Not a test.
 
-    .venv/bin/python benchmarks/script_overhead.py [--runs 40] [--json PATH]
+    .venv/bin/python perf/script_overhead.py [--runs 40] [--json PATH]
 """
 
 from __future__ import annotations
