@@ -115,20 +115,23 @@ def plugin_folders() -> list[str]:
                    if entry.dist is not None and _normal(entry.dist.name) != DISTRIBUTION})
 
 
-def _checkout_version() -> int | None:
-    """The project file's modification time where this package runs from a checkout, else None."""
+def _checkout_version() -> tuple[str, int] | None:
+    """The project file and its modification time where this package runs from a checkout, else
+    None."""
     try:
-        return CHECKOUT_PROJECT.stat().st_mtime_ns
+        return str(CHECKOUT_PROJECT), CHECKOUT_PROJECT.stat().st_mtime_ns
     except OSError:
         return None
 
 
 @cache
-def _registered(group: str, path: tuple[str, ...], checkout: int | None) -> dict[str, tuple[str, str]]:
+def _registered(group: str, path: tuple[str, ...],
+                checkout: tuple[str, int] | None) -> dict[str, tuple[str, str]]:
     """The group's registrations on this import path (cached per path and version of the checkout's
     project file: configs are checked often). The checkout's own lines stand in for the metadata
     installed from them, which may be older."""
-    own = _checkout_lines(group) if checkout is not None else None
+    tables = _checkout_tables(*checkout) if checkout is not None else None
+    own = None if tables is None else tables.get(group, {})
     found: dict[str, tuple[str, str]] = {}
     if own is not None:
         found.update((name, (DISTRIBUTION, value)) for name, value in own.items())
@@ -144,17 +147,18 @@ def _registered(group: str, path: tuple[str, ...], checkout: int | None) -> dict
     return found
 
 
-def _checkout_lines(group: str) -> dict[str, str] | None:
-    """The group's lines in the checkout's project file, or None where it is not this project's."""
+@cache
+def _checkout_tables(project_file: str, version: int) -> dict[str, dict[str, str]] | None:
+    """The entry-point tables of the checkout's project file (read once per ``version``, its
+    modification time), or None where the file is not this project's."""
     try:
-        with CHECKOUT_PROJECT.open("rb") as handle:
+        with open(project_file, "rb") as handle:
             project = tomllib.load(handle).get("project", {})
     except tomllib.TOMLDecodeError as error:
-        raise InterlockError(f"cannot read the plugins of {group!r}: {error}",
-                             file=str(CHECKOUT_PROJECT)) from None
+        raise InterlockError(f"cannot read the plugins: {error}", file=project_file) from None
     if _normal(project.get("name", "")) != DISTRIBUTION:
         return None
-    return dict(project.get("entry-points", {}).get(group, {}))
+    return {group: dict(lines) for group, lines in project.get("entry-points", {}).items()}
 
 
 def _normal(name: str) -> str:

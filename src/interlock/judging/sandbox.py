@@ -164,13 +164,14 @@ def _describe_exit(code: int | None, limits: Limits) -> str:
 # ----------------------------------------------------------------------------- the pool
 
 class _Worker:
-    def __init__(self, limits: Limits, scratch: Path, index: int) -> None:
+    def __init__(self, limits: Limits, scratch: Path, index: int, plugins: str) -> None:
+        """``plugins``: the installed plugins' folders, joined as a path (``PLUGIN_PATH``)."""
         self.home = scratch / f"worker{index}"
         self.home.mkdir(parents=True, exist_ok=True)
         self.log = open(self.home / "stderr.log", "wb")  # noqa: SIM115 - closed in close()
         self.process = subprocess.Popen(
             _command("worker", limits, cpu=False), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.log, env={**minimal_env(self.home), PLUGIN_PATH: os.pathsep.join(plugin_folders())},
+            stderr=self.log, env={**minimal_env(self.home), PLUGIN_PATH: plugins},
             cwd=self.home, close_fds=True, start_new_session=True, bufsize=0)
         self.job: int | None = None
         self.deadline = 0.0
@@ -235,6 +236,7 @@ class SandboxWorkers:
         self._workers: list[_Worker] = []
         self._spawned = 0
         self.restarts = 0
+        self._plugins = os.pathsep.join(plugin_folders())  # read once: every worker, replacements too
 
     # lifecycle
     def __enter__(self) -> SandboxWorkers:
@@ -267,7 +269,7 @@ class SandboxWorkers:
 
     def _spawn(self) -> _Worker:
         self._spawned += 1
-        return _Worker(self.limits, self.scratch, self._spawned)
+        return _Worker(self.limits, self.scratch, self._spawned, self._plugins)
 
     def _replace(self, worker: _Worker) -> _Worker:
         worker.kill()
