@@ -50,8 +50,8 @@ COMMON = ["experiment=paper", "backbone=tiny", "backbone.serve=vllm", "scale.row
 
 def rehearse(root: Path, size: str) -> dict:
     """Compose the rehearsal's parameters in ``root`` and run ``dvc repro``; return its figures."""
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "WANDB_MODE": "offline",
-           "DVC_NO_ANALYTICS": "1"}
+    env = {"WANDB_MODE": "offline", **os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1"}  # W&B offline unless the caller chose a mode
     overrides = [*COMMON, *SIZES[size]]
     subprocess.run([str(BIN / "interlock"), "params", *[f"-S{o}" for o in overrides]], cwd=root,
                    check=True, env=env)

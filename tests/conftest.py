@@ -159,7 +159,7 @@ def smoke_repo(tmp_path_factory) -> Iterator[Path]:
             tracked_copy(root)
             write_params(root / "conf", root / "params.yaml", list(SMOKE))
             commit(root, "smoke")
-            dvc("repro", cwd=root)
+            dvc("repro", cwd=root, tracked=True)  # its W&B runs are read (test_pipeline)
             built.write_text(json.dumps(tree_digest(root)), encoding="utf-8")
     before = json.loads(built.read_text(encoding="utf-8"))
     yield root

@@ -41,8 +41,8 @@ REPO = Path(__file__).resolve().parents[1]
 GIT = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
 
 
-def _dvc(repo: Path, *args: str) -> str:
-    return _run([str(BIN / "dvc"), *args], repo)
+def _dvc(repo: Path, *args: str, tracked: bool = False) -> str:
+    return _run([str(BIN / "dvc"), *args], repo, tracked=tracked)
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +67,10 @@ def swept(smoke_repo, tmp_path_factory) -> Iterator[Path]:
                                     "train.seeds=2"), "judge"))
     for sweep, fixed, group in sweeps:  # each sweep queues one experiment per value
         _dvc(repo, "exp", "run", "--queue", "-S", "experiment=smoke", "-S", sweep,
-             *(arg for setting in fixed for arg in ("-S", setting)), "-S", f"tracking.group={group}")
-    try:
-        ran = _run([str(BIN / "interlock"), "run-queue"], repo)
+             *(arg for setting in fixed for arg in ("-S", setting)), "-S", f"tracking.group={group}",
+             tracked=True)
+    try:  # the experiments' W&B runs are read (the last test)
+        ran = _run([str(BIN / "interlock"), "run-queue"], repo, tracked=True)
         assert "4 experiments succeeded" in ran, ran
         yield repo
     finally:  # a worker left behind would keep running experiments after the tests

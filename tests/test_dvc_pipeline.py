@@ -138,7 +138,7 @@ def paper_choices_run(smoke_repo, tmp_path_factory):
     shutil.copytree(smoke_repo, root, ignore=shutil.ignore_patterns("wandb"))
     write_params(root / "conf", root / "params.yaml", [*SMOKE, *_paper_choices(), *MODEL_ROLES])
     commit(root, "the paper scale's choices")
-    return root, stages_run(dvc("repro", cwd=root, tracked=False))
+    return root, stages_run(dvc("repro", cwd=root))
 
 
 def test_the_paper_choices_differ_from_the_smoke_ones() -> None:

@@ -70,7 +70,7 @@ def test_repro_after_repro_does_nothing(smoke_copy):
 def test_stages_write_identical_bytes_when_forced(smoke_copy):
     before = _snapshot(smoke_copy / "data")
     stages = yaml.safe_load((smoke_copy / "dvc.yaml").read_text())["stages"]
-    forced = _run([str(BIN / "dvc"), "repro", "--force"], smoke_copy, tracked=False)
+    forced = _run([str(BIN / "dvc"), "repro", "--force"], smoke_copy)
     assert len(stages_run(forced)) == len(stages)
     assert _differing(before, _snapshot(smoke_copy / "data")) == []
 

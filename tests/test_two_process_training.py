@@ -54,7 +54,7 @@ def wandb_runs(root: Path) -> list[Path]:
 
 def trained(smoke_repo: Path, root: Path, *overrides: str) -> tuple[Path, dict[str, str]]:
     copy_of(smoke_repo, root, *STEPS, *overrides)
-    logs = {stage: dvc("repro", "-s", stage, cwd=root) for stage in STAGES}
+    logs = {stage: dvc("repro", "-s", stage, cwd=root, tracked=True) for stage in STAGES}
     assert all(stages_run(log) == [stage] for stage, log in logs.items()), logs
     return root, logs
 

@@ -55,10 +55,10 @@ def command_timeout() -> float:
     return seconds
 
 
-def user_env(*, tracked: bool = True) -> dict[str, str]:
-    """The environment a user's command runs in: the venv's tools first on PATH, W&B offline, or
-    disabled where ``tracked`` is false (a test that reads no W&B run saves each stage about a
-    second of CPU: W&B's start in every stage process)."""
+def user_env(*, tracked: bool = False) -> dict[str, str]:
+    """The environment a user's command runs in: the venv's tools first on PATH, W&B disabled
+    unless ``tracked`` (offline then): a test that reads the W&B runs asks for them, the others save
+    each stage process about a second of CPU, W&B's start."""
     env = {key: value for key, value in os.environ.items() if key not in ISOLATED}
     env.update(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", DVC_NO_ANALYTICS="1",
                WANDB_MODE="offline" if tracked else "disabled", WANDB_SILENT="true")
@@ -66,7 +66,7 @@ def user_env(*, tracked: bool = True) -> dict[str, str]:
 
 
 def run(args: list[str], cwd: Path, *, stdout_only: bool = False, check: bool = True,
-        tracked: bool = True) -> str:
+        tracked: bool = False) -> str:
     """Run a command the way a user would in ``cwd``, for at most :func:`command_timeout`; fail the
     test with its output if it fails (unless ``check`` is false: a failure is the point)."""
     done = subprocess.run(args, cwd=cwd, env=user_env(tracked=tracked), capture_output=True, text=True,
@@ -75,7 +75,7 @@ def run(args: list[str], cwd: Path, *, stdout_only: bool = False, check: bool = 
     return done.stdout if stdout_only else done.stdout + done.stderr
 
 
-def dvc(*args: str, cwd: Path, check: bool = True, stdout_only: bool = False, tracked: bool = True) -> str:
+def dvc(*args: str, cwd: Path, check: bool = True, stdout_only: bool = False, tracked: bool = False) -> str:
     return run([str(BIN / "dvc"), *args], cwd, check=check, stdout_only=stdout_only, tracked=tracked)
 
 
