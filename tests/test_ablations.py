@@ -60,7 +60,7 @@ def swept(smoke_repo, tmp_path_factory) -> Iterator[Path]:
     # trajectories from 2 domains (the agent judge's first two domains hold 3 accepted at the smoke
     # scale).
     # Recursive synthesis as the smoke run has it, so the grown pool and the rollouts are the smoke
-    # run's (DVC's run cache): a sweep starts after the rollouts. Two RFT seeds, as the smoke run
+    # run's (unchanged, DVC skips them): a sweep starts after the rollouts. Two RFT seeds, as the smoke run
     # trains (the smoke experiment's own default is three): enough for every comparison's seed noise.
     sweeps = (("domains.count=2,4", ("judge=text", "synthesis=rst", "train.seeds=2"), "breadth"),
               ("judge=agent,text", ("domains.count=2", "scale.breadth_trajectories=2", "synthesis=rst",
@@ -86,7 +86,8 @@ def test_a_breadth_sweep_holds_the_trajectory_count_and_reruns_only_what_follows
     for experiment in experiments:
         log = _dvc(swept, "queue", "logs", experiment.name)
         # accept (and intervene, which follows it) too where the judge differs from the baseline's
-        # (once: then DVC's run cache has it)
+        # (in every such experiment: DVC keeps no run cache of a stage with an uncached output that
+        # is no metric or plot, as each stage's timing file is)
         ran = {line.split("'")[1] for line in log.splitlines() if line.startswith("Running stage")}
         assert {"sample", "train", "evaluate"} <= ran <= {"accept", "intervene", "sample", "train",
                                                            "evaluate"}, log
