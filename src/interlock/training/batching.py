@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from interlock.training.examples import Example
+
+if TYPE_CHECKING:  # torch is imported where a row is packed: `sample` plans no row and loads no torch
+    import torch
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ def plan_rows(lengths: list[int], budget: int, seed: int) -> list[list[int]]:
 
 
 def pack(examples: list[Example]) -> PackedRow:
+    import torch
+
     ids, positions, targets, labels, weights = [], [], [], [], []
     for example in examples:
         offset = len(ids)
