@@ -71,10 +71,11 @@ optional-backends:
 	@for backend in llamacpp vllm; do $(MAKE) --no-print-directory $$backend || true; done
 
 # llama.cpp for the `llamacpp` backend (src/interlock/models/llamacpp_backend.py), built from
-# source (about 6-10 minutes on 2 cores, once per venv) for this CPU's instruction set as
-# /proc/cpuinfo lists it, never with AMX: llama-cpp-python's default native build enables this
-# class of machine's AMX (and AVX-512) paths and crashes on the first multi-token prompt. The
-# build's pip cache is skipped, so a wheel built elsewhere with other flags is never reused.
+# source (about 5-10 minutes on 2 cores) for this CPU's instruction set as /proc/cpuinfo lists it,
+# never with AMX: llama-cpp-python's default native build enables this class of machine's AMX (and
+# AVX-512) paths and crashes on the first multi-token prompt. pip's cache is skipped (a wheel built
+# elsewhere with other flags is never reused); the wheel is kept under a key of its version and
+# flags ($(LLAMA_WHEELS)), so the next venv on a CPU with the same flags installs it in seconds.
 LLAMA_CPP_VERSION := 0.3.36
 CPU_FLAGS := $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)
 ggml_flag = -DGGML_$(1)=$(if $(filter $(2),$(CPU_FLAGS)),ON,OFF)
@@ -84,10 +85,15 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -D
 	$(call ggml_flag,AVX512,avx512f) $(call ggml_flag,AVX512_VNNI,avx512_vnni) \
 	$(call ggml_flag,AVX512_BF16,avx512_bf16) $(call ggml_flag,AVX512_VBMI,avx512vbmi)
 
+LLAMA_WHEELS = $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/interlock/wheels/llama-cpp-python-$(LLAMA_CPP_VERSION)-$(shell $(PYTHON) -c 'import sys; print(sys.implementation.cache_tag)')-$(shell echo '$(LLAMA_CMAKE_ARGS)' | sha256sum | cut -c1-16)
+
 llamacpp:
 	@$(BIN)/python -c "import llama_cpp" 2>/dev/null || { \
-	  echo "building llama-cpp-python $(LLAMA_CPP_VERSION) for this CPU: $(LLAMA_CMAKE_ARGS)"; \
-	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --no-cache-dir -c constraints.txt \
+	  { ls $(LLAMA_WHEELS)/*.whl >/dev/null 2>&1 && echo "llama-cpp-python $(LLAMA_CPP_VERSION): the wheel built for these flags, $(LLAMA_WHEELS)"; } || { \
+	    echo "building llama-cpp-python $(LLAMA_CPP_VERSION) for this CPU: $(LLAMA_CMAKE_ARGS)" && rm -rf $(LLAMA_WHEELS).tmp && \
+	    CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip wheel --no-cache-dir --no-deps -c constraints.txt \
+	      -w $(LLAMA_WHEELS).tmp llama-cpp-python==$(LLAMA_CPP_VERSION) && rm -rf $(LLAMA_WHEELS) && mv $(LLAMA_WHEELS).tmp $(LLAMA_WHEELS); } && \
+	  $(BIN)/python -m pip install -c constraints.txt --only-binary llama-cpp-python --find-links $(LLAMA_WHEELS) \
 	    llama-cpp-python==$(LLAMA_CPP_VERSION) || { \
 	    echo "llama-cpp-python could not be built here (it needs cmake and a C++ compiler):" \
 	         "the llamacpp backend is unavailable and its tests skip; nothing else is affected" >&2; exit 1; }; }
