@@ -13,11 +13,11 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-import dvc.api
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from dvc.api import exp_show
 
 from interlock.analysis import ablations, cli
 from interlock.analysis.ablations import (
@@ -34,15 +34,11 @@ from interlock.analysis.ablations import (
 from interlock.core.errors import InterlockError
 from interlock.evaluation.metrics import Resampling, paired_delta, seed_noise, summarize_pool
 
-from helpers.repo import BIN, command_timeout
+from helpers.repo import BIN, command_timeout, dvc
 from helpers.repo import run as _run
 
 REPO = Path(__file__).resolve().parents[1]
 GIT = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
-
-
-def _dvc(repo: Path, *args: str, tracked: bool = False) -> str:
-    return _run([str(BIN / "dvc"), *args], repo, tracked=tracked)
 
 
 @pytest.fixture(scope="module")
@@ -66,15 +62,15 @@ def swept(smoke_repo, tmp_path_factory) -> Iterator[Path]:
               ("judge=agent,text", ("domains.count=2", "scale.breadth_trajectories=2", "synthesis=rst",
                                     "train.seeds=2"), "judge"))
     for sweep, fixed, group in sweeps:  # each sweep queues one experiment per value
-        _dvc(repo, "exp", "run", "--queue", "-S", "experiment=smoke", "-S", sweep,
-             *(arg for setting in fixed for arg in ("-S", setting)), "-S", f"tracking.group={group}",
-             tracked=True)
+        dvc("exp", "run", "--queue", "-S", "experiment=smoke", "-S", sweep,
+            *(arg for setting in fixed for arg in ("-S", setting)), "-S", f"tracking.group={group}",
+            cwd=repo, tracked=True)
     try:  # the experiments' W&B runs are read (the last test)
         ran = _run([str(BIN / "interlock"), "run-queue"], repo, tracked=True)
         assert "4 experiments succeeded" in ran, ran
         yield repo
     finally:  # a worker left behind would keep running experiments after the tests
-        _run([str(BIN / "dvc"), "queue", "stop", "--kill"], repo, check=False)
+        dvc("queue", "stop", "--kill", cwd=repo, check=False)
 
 
 def test_a_breadth_sweep_holds_the_trajectory_count_and_reruns_only_what_follows_sampling(swept) -> None:
@@ -84,7 +80,7 @@ def test_a_breadth_sweep_holds_the_trajectory_count_and_reruns_only_what_follows
     assert counts[2] == counts[4] > 0  # only breadth changes
     assert {e.breadth: e.metrics["sample"]["domains"] for e in experiments} == {2: 2, 4: 4}
     for experiment in experiments:
-        log = _dvc(swept, "queue", "logs", experiment.name)
+        log = dvc("queue", "logs", experiment.name, cwd=swept)
         # accept (and intervene, which follows it) too where the judge differs from the baseline's
         # (in every such experiment: DVC keeps no run cache of a stage with an uncached output that
         # is no metric or plot, as each stage's timing file is)
@@ -389,11 +385,11 @@ def toy(tmp_path_factory) -> dict[str, Path]:
     (repo / "dvc.yaml").write_text(yaml.safe_dump(TOY_PIPELINE, sort_keys=False))
     (repo / "params.yaml").write_text(yaml.safe_dump(TOY_PARAMS, sort_keys=False))
     _run(["git", "init", "-q"], repo)
-    _dvc(repo, "init", "-q")
-    _dvc(repo, "remote", "add", "-d", "store", str(root / "store"))
+    dvc("init", "-q", cwd=repo)
+    dvc("remote", "add", "-d", "store", str(root / "store"), cwd=repo)
     _run([*GIT, "add", "-A"], repo)
     _run([*GIT, "commit", "-qm", "a one-stage pipeline"], repo)
-    _dvc(repo, "repro")
+    dvc("repro", cwd=repo)
     _run([*GIT, "add", "-A"], repo)
     _run([*GIT, "commit", "-qm", "the baseline's run"], repo)
     _run(["git", "init", "-q", "--bare", str(origin)], root)
@@ -402,17 +398,17 @@ def toy(tmp_path_factory) -> dict[str, Path]:
     for name, settings in (("d2", ("domains.count=2", "judge.name=agent", "tracking.group=breadth")),
                            ("d4", ("domains.count=4", "judge.name=agent", "tracking.group=breadth")),
                            ("text", ("domains.count=2", "judge.name=text", "tracking.group=judge"))):
-        _dvc(repo, "exp", "run", "-n", name, *(arg for setting in settings for arg in ("-S", setting)))
-    _dvc(repo, "exp", "run", "--queue", "-n", "waiting", "-S", "domains.count=8")
-    _dvc(repo, "exp", "push", "origin", "d2", "d4")
+        dvc("exp", "run", "-n", name, *(arg for setting in settings for arg in ("-S", setting)), cwd=repo)
+    dvc("exp", "run", "--queue", "-n", "waiting", "-S", "domains.count=8", cwd=repo)
+    dvc("exp", "push", "origin", "d2", "d4", cwd=repo)
     _run(["git", "clone", "-q", str(origin), str(clone)], root)
-    _dvc(clone, "exp", "pull", "origin", "d2", "d4", "--no-cache")
+    dvc("exp", "pull", "origin", "d2", "d4", "--no-cache", cwd=clone)
     return {"repo": repo, "clone": clone, "origin": origin}
 
 
 def _queued(repo: Path, name: str) -> str:
     """The commit DVC's queue holds for the experiment ``name``."""
-    return next(row["rev"] for row in dvc.api.exp_show(repo=str(repo)) if row.get("Experiment") == name)
+    return next(row["rev"] for row in exp_show(repo=str(repo)) if row.get("Experiment") == name)
 
 
 def _at(repo: Path, rev: str, path: str) -> str:
@@ -421,7 +417,7 @@ def _at(repo: Path, rev: str, path: str) -> str:
 
 def _empty_remote(repo: Path, tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    _dvc(repo, "remote", "modify", "--local", "store", "url", str(tmp_path / "empty"))
+    dvc("remote", "modify", "--local", "store", "url", str(tmp_path / "empty"), cwd=repo)
 
 
 def test_experiments_are_read_at_their_commits_as_dvc_exp_show_lists_them(toy) -> None:
@@ -432,7 +428,7 @@ def test_experiments_are_read_at_their_commits_as_dvc_exp_show_lists_them(toy) -
     queued = json.loads(_at(repo, _queued(repo, "waiting"), "metrics/evaluate.json"))
     assert queued["models"] == ["base", "rft"]
     assert [e.name for e in found] == ["d2", "d4", "text"]
-    assert "waiting" in _dvc(repo, "exp", "show", "--no-pager", "--csv")  # though DVC lists it
+    assert "waiting" in dvc("exp", "show", "--no-pager", "--csv", cwd=repo)  # though DVC lists it
     for experiment in found:
         # the files as git holds them at the experiment's commit, typed as written (not as `dvc exp show`
         # prints them)
