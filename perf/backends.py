@@ -17,7 +17,9 @@ Two parts, on the checkpoints of a finished default run (``make repro``):
    checks, as the ``rollouts``/``accept`` and ``evaluate`` stages do. Per side and part: passed
    episodes and the pass rate with its 95% interval, the paired difference against the reference,
    the episodes whose outcome (passed or not) is the reference's on the same episode, the model's
-   seconds and their ratio to the reference's, and tokens generated and processed per second.
+   seconds and their ratio to the reference's, and tokens generated and processed per second;
+   and the assistant turns whose text tokenizes again to other ids than the side sampled (what
+   training on the text, not the ids, would learn instead: ``interlock retokenization``).
 
 Every side is measured the same way, outside the backend: each ``complete`` call's wall seconds,
 and the prompt and generated tokens of the completions it returns ("processed": both, prompt
@@ -220,6 +222,7 @@ def default_run(sides: dict, params, paths, checkpoint: Path, tasks: int | None)
             evaluation = run_evaluation(models, [benchmark], settings, out=out / "eval",
                                         timings=out / "timings.parquet", work=out / "work",
                                         resamples=params.eval.bootstrap, confidence=params.eval.confidence)
+            turns = retokenized(out / "eval" / "trajectories.parquet", checkpoint)
         summary = evaluation.metrics["pools"][pool]
         outcomes = {spec: {(r["task_id"], r["attempt"]): r["passed"] for r in evaluation.results
                            if r["model"] == names[spec]} for spec in sides}
@@ -233,9 +236,34 @@ def default_run(sides: dict, params, paths, checkpoint: Path, tasks: int | None)
                 "delta_vs_first": summary["deltas"].get(names[spec], {}).get("pass_rate"),
                 "same_outcome_as_first": {"episodes": same, "share": share(same, entry["episodes"])},
                 "speed_vs_first": round(first_seconds / max(backends[spec].seconds, 1e-9), 2),
+                "assistant_turns": turns[f"{params.backbone.name}/{spec}"],
                 **backends[spec].figures(),
             }
     return report
+
+
+def retokenized(table: Path, checkpoint: Path) -> dict:
+    """Per policy of a trajectories table, its assistant turns by how training learns them
+    (:class:`~interlock.training.examples.TurnCounts`)."""
+    from collections import defaultdict
+
+    from transformers import AutoTokenizer
+
+    from interlock.core.errors import InterlockError
+    from interlock.rollout.trajectory import own_trajectories
+    from interlock.training.examples import TurnCounts, trajectory_tokens
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    counts: dict = defaultdict(TurnCounts)
+    refused: dict = defaultdict(int)
+    for group in own_trajectories(table):
+        for trajectory in group:
+            try:
+                trajectory_tokens(tokenizer, trajectory, counts=counts[trajectory.policy])
+            except InterlockError:  # a record whose ids are not its text: a backend's bug, counted
+                refused[trajectory.policy] += 1
+    return {policy: {**counts[policy].summary(), "refused": refused[policy]}
+            for policy in {*counts, *refused}}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -305,6 +333,15 @@ def measure(args: argparse.Namespace, sides: dict, params, paths, checkpoint: Pa
                   f"[{rate['low']:.3f}, {rate['high']:.3f}] | {versus} | {same['episodes']} "
                   f"({same['share']:.3f}) | {row['seconds']:.1f} | {row['speed_vs_first']:.2f}x | "
                   f"{row['generated_tokens_per_s']:.0f} | {row['processed_tokens_per_s']:.0f} |")
+    print("\nSampled assistant turns whose text tokenizes again to other ids")
+    print("| side | part | sampled turns | re-tokenized differ | share | refused |\n"
+          "|---|---|---:|---:|---:|---:|")
+    for part in PARTS:
+        for spec, parts in run.items():
+            turns = parts[part]["assistant_turns"]
+            share = turns["retokenized_differ_share"]
+            print(f"| {spec} | {part} | {turns['sampled']} | {turns['retokenized_differ']} | "
+                  f"{'n/a' if share is None else f'{share:.3f}'} | {turns['refused']} |")
     return results
 
 

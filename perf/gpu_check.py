@@ -3,7 +3,8 @@ command that prints its figures, and runs here too, with each GPU part skipped a
 
 1. **The device**: torch's view of it (name, memory, bf16), and whether vLLM imports.
 2. **The GPU tests**: ``pytest -m gpu`` (training and GRPO on CUDA, against the CPU's numbers),
-   then the vLLM tests (the in-process engine and a managed ``vllm serve`` on this device).
+   then the vLLM tests (the in-process engine, a managed ``vllm serve``, and GRPO generating
+   through an engine kept in step with the trained weights, on this device).
 3. **Served against offline**: the same prompts through vLLM's offline engine in this process and
    through a managed ``vllm serve`` (``backbone.serve: vllm``) driven by the ``openai`` backend, at
    greedy decoding: generated tokens per second of each and their ratio, and how many completions
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 #: tests that run vLLM on whatever device there is
-VLLM_TESTS = ["tests/test_vllm_backend.py"]
+VLLM_TESTS = ["tests/test_vllm_backend.py", "tests/test_rl_vllm.py"]
 
 
 def device() -> dict:

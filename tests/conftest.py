@@ -135,6 +135,20 @@ def smollm2_tokenizer(tmp_path_factory):
     return tokenizer
 
 
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_checkpoint):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_checkpoint)
+
+
+@pytest.fixture(scope="session", params=["tiny", "smollm2"])
+def tokenizer(request):
+    """Every backbone's tokenizer the project runs here, with the project's chat template (a module
+    that defines its own ``tokenizer`` fixture uses that one)."""
+    return request.getfixturevalue("tiny_tokenizer" if request.param == "tiny" else "smollm2_tokenizer")
+
+
 def shared_dir(tmp_path_factory) -> Path:
     """A folder every worker of this test session sees: the session's own temporary folder, whose
     parent pytest-xdist's workers share (``-n``); without workers, the session's folder itself."""

@@ -15,7 +15,6 @@ import unicodedata
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers import AutoTokenizer
 
 from interlock.core.backend import ChatRequest
 from interlock.core.chat import (
@@ -35,17 +34,6 @@ from interlock.testing.adversaries import CONTROL_TEXTS
 from interlock.training.examples import encode_conversation, encode_trajectories
 
 from helpers.episodes import oracle_turns, play_turns
-
-
-@pytest.fixture(scope="module")
-def tiny_tokenizer(tiny_checkpoint):
-    return AutoTokenizer.from_pretrained(tiny_checkpoint)
-
-
-@pytest.fixture(scope="module", params=["tiny", "smollm2"])
-def tokenizer(request):
-    """Every backbone's tokenizer the project runs here, with the project's chat template."""
-    return request.getfixturevalue("tiny_tokenizer" if request.param == "tiny" else "smollm2_tokenizer")
 
 
 def _control_ids(tokenizer) -> set[int]:

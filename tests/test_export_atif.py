@@ -20,6 +20,7 @@ import pytest
 from interlock.analysis.artifacts import repository_paths
 from interlock.analysis.cli import main
 from interlock.core import schemas
+from interlock.core.backend import SampledTokens
 from interlock.core.chat import Message, ToolCall
 from interlock.core.errors import InterlockError
 from interlock.core.io import iter_row_groups, read_rows, write_row_groups, write_table_set
@@ -168,6 +169,23 @@ def test_documents_give_back_the_judged_transcript_exactly(judged_run):
             trajectory.task_id, trajectory.finish_reason, trajectory.diff)
         invalid += sum(m.name == atif.INVALID_CALL for m in trajectory.messages)
     assert invalid  # the malformed calls' errors, which answer no call, were among them
+
+
+def test_an_agent_step_carries_the_ids_its_turn_sampled(judged_run):
+    """A rollout whose turns recorded their sampled ids and log-probabilities: each agent step holds
+    them in its ATIF metrics, and the document still follows the specification; the scripted
+    rollouts' steps (nothing sampled) hold no metrics (the twin)."""
+    _, rollouts, out = judged_run
+    trajectory = next(t for t in rollouts if t.policy == "oracle")
+    document = documents(out)[trajectory.rollout_id]
+    assert not any("metrics" in step for step in document["steps"])
+    turns = [m for m in trajectory.messages if m.role == "assistant"]
+    sampled = [SampledTokens((7 + n, 8, 2), (-0.5, -0.25, -0.125), True) for n in range(len(turns) - 1)]
+    document["steps"] = atif.agent_steps(trajectory.messages, trajectory.rollout_id, "t", [*sampled, None])
+    metrics = [step.get("metrics") for step in document["steps"] if step["source"] == "agent"]
+    assert metrics == [*({"completion_tokens": 3, "completion_token_ids": list(s.ids),
+                          "logprobs": list(s.logprobs)} for s in sampled), None]
+    assert atif_problems(document) == []
 
 
 def test_documents_carry_both_judges_verdicts_and_acceptance(judged_run):

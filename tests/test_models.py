@@ -31,6 +31,7 @@ from interlock.models.checkpoint import (
 from interlock.models.stage import base_model, build_base
 from interlock.models.tiny import build_tiny, pack_texts
 from interlock.synthesis.workspace import TOOL_SPECS
+from interlock.training.examples import marked_spans
 
 from helpers.artifacts import write_packs
 
@@ -113,15 +114,7 @@ def test_assistant_mask_covers_exactly_the_assistant_turns(tokenizer):
                                         tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
     ids, mask = out["input_ids"], out["assistant_masks"]
     assert len(ids) == len(mask)
-    spans, current = [], []
-    for token, flag in zip(ids, mask, strict=True):
-        if flag:
-            current.append(token)
-        elif current:
-            spans.append(current)
-            current = []
-    if current:
-        spans.append(current)
+    spans = [ids[start:end] for start, end in marked_spans(mask)]
     expected = _assistant_spans(messages)
     assert [tokenizer.decode(span) for span in spans] == expected
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")

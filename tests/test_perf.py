@@ -244,10 +244,29 @@ def test_backends_runs_every_side_on_the_same_episodes(smoke_repo, tmp_path, mon
             assert row["generated_tokens"] > 0 and row["processed_tokens"] > row["generated_tokens"]
             assert row["seconds"] > 0 and row["generated_tokens_per_s"] > 0
             assert 0 <= row["same_outcome_as_first"]["episodes"] <= row["episodes"]
+            # every side's turns carry the ids they sampled, and every record holds up against them
+            turns = row["assistant_turns"]
+            assert turns["sampled"] > 0 and turns["rendered"] == 0 and turns["refused"] == 0
+            assert 0 <= turns["retokenized_differ"] <= turns["sampled"]
     assert f"| {sides[-1]} | evaluate | {rows[-1]['episodes']} |" in printed
+    assert "Sampled assistant turns whose text tokenizes again to other ids" in printed
     unknown = run([sys.executable, str(PERF / "backends.py"), "--backends", "transformers", "nosuch",
                    *params], tmp_path, check=False)
     assert "side 'nosuch'" in unknown and "no backend named 'nosuch'" in unknown
+
+
+def test_rl_generation_times_both_paths_on_the_same_steps(smoke_repo, tmp_path) -> None:
+    """One GRPO step with each generation path from the smoke run's start (vLLM where it is
+    installed): both played and judged the step's episodes."""
+    out = tmp_path / "rl.json"
+    printed = bench("rl_generation.py", "--steps", "1", "--params", str(smoke_repo / "params.yaml"),
+                    "--json", str(out), cwd=tmp_path)
+    figures = json.loads(out.read_text())
+    paths = ["transformers", *(["vllm"] if importlib.util.find_spec("vllm") else [])]
+    assert list(figures["paths"]) == paths and figures["steps"] == 1
+    for generation, row in figures["paths"].items():
+        assert row["seconds_per_step"] > 0 and len(row["reward"]) == 1 and 0 <= row["reward"][0] <= 1
+        assert f"| {generation} |" in printed
 
 
 def test_rst_rounds_grows_toward_its_target_and_reports_its_checks(tmp_path) -> None:

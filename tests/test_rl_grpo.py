@@ -40,7 +40,7 @@ from helpers.repo import SMOKE, command_timeout, dvc, stages_run
 
 HELPER = Path(__file__).parent / "helpers" / "grpo_run.py"
 SETTINGS = RLConfig(enabled=True, reward="pass", steps=1, tasks_per_step=2, group_size=2, learning_rate=1e-5,
-                    kl=0.04, max_turns=12, save_steps=1)
+                    kl=0.04, max_turns=12, save_steps=1, generation="transformers")
 LIMITS = RolloutLimits(max_turns=SETTINGS.max_turns, max_new_tokens=48, temperature=1.0)
 
 

@@ -44,7 +44,7 @@ from interlock.rollout.runs import plan_episodes  # noqa: E402
 from interlock.synthesis.tasks import TaskContext  # noqa: E402
 
 from helpers.config import defaults  # noqa: E402
-from helpers.conversations import play  # noqa: E402
+from helpers.conversations import check_sampled, opening, play, requests_for  # noqa: E402
 from helpers.repo import command_timeout  # noqa: E402
 from helpers.servers import check_rollouts_through  # noqa: E402
 
@@ -71,6 +71,18 @@ def test_greedy_completions_equal_the_transformers_backends(vllm, checkpoint) ->
     history = play(vllm, 3, fresh=transformers)
     turns = [c for turn in history for c in turn]
     assert len(turns) == 12 and sum(c.completion_tokens for c in turns) > 12
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_each_sampled_id_comes_with_its_log_probability_at_the_temperature(vllm, checkpoint,
+                                                                          temperature) -> None:
+    """vLLM's ids decode to its text, and their log-probabilities are the model's own after the
+    temperature (what a trainer's importance ratio compares with), recomputed by transformers in
+    one forward pass over the prompt and the ids (fp32 both)."""
+    transformers = TransformersBackend(checkpoint, dtype="float32", max_context=MAX_MODEL_LEN)
+    requests = requests_for([opening(i) for i in range(3)], temperature, 0)
+    for request, completion in zip(requests, vllm.complete(requests), strict=True):
+        check_sampled(completion, request, transformers.model, transformers.tokenizer)
 
 
 def _ask(key: str, text: str, max_new_tokens: int, schema: dict | None = None) -> ChatRequest:
@@ -152,13 +164,12 @@ def test_the_openai_backend_drives_a_vllm_server_with_tools(served, vllm, checkp
                                                              tmp_path) -> None:
     """Through the server, every turn of the multi-turn conversations with the agent's tools is
     the in-process engine's: the same prompt tokens (the server rendered the tools as the local
-    chat template does), the same greedy tokens, text and ending; and rollouts run on both
-    schedules. The server's detokenizer holds back the bytes of a character the last token left
-    unfinished, where the engine's text ends in U+FFFD: the one difference allowed."""
-    def outcome(c):
-        return c.text.removesuffix("\ufffd"), c.finish_reason, c.prompt_tokens, c.completion_tokens
-
-    history = play(served, 3, fresh=vllm, outcome=outcome)
+    chat template does), the same greedy token ids, text and ending; and rollouts run on both
+    schedules. The text is decoded from the ids the server returns, as the engine's is: the
+    server's own text (its detokenizer holds back the bytes of a character the last token left
+    unfinished, its tool-call parser rewrites calls) differed."""
+    history = play(served, 3, fresh=vllm)
+    assert all(c.sampled is not None and c.sampled.logprobs for turn in history for c in turn)
     assert sum(c.prompt_tokens for turn in history for c in turn) > 12 * 100
     check_rollouts_through(served.server.base_url, checkpoint, tasks, tmp_path)
 

@@ -4,6 +4,7 @@ turns to edit, so a test writes exactly what a policy under reward pressure woul
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 from interlock.core.backend import ChatRequest, Completion
@@ -18,12 +19,15 @@ Turn = tuple[str, list[ToolCall]] | str
 
 
 class Played:
-    """A backend that plays fixed turns per episode (``plans``: episode key -> turns)."""
+    """A backend that plays fixed turns per episode (``plans``: episode key -> turns); with
+    ``sample`` (a turn's text -> the completion a model backend would return for it: its text
+    decoded from the ids it reports), each turn as that completion."""
 
     name = "played"
 
-    def __init__(self, plans: dict[str, list[Turn]]) -> None:
-        self.plans = plans
+    def __init__(self, plans: dict[str, list[Turn]],
+                 sample: Callable[[str], Completion] = Completion) -> None:
+        self.plans, self.sample = plans, sample
 
     def begin(self, key, task) -> None:
         pass
@@ -34,7 +38,7 @@ class Played:
             turn = sum(m.role == "assistant" for m in request.messages)
             plan = self.plans[request.key]
             written = plan[turn] if turn < len(plan) else ("", [])
-            out.append(Completion(written if isinstance(written, str) else render_turn(*written)))
+            out.append(self.sample(written if isinstance(written, str) else render_turn(*written)))
         return out
 
     def end(self, key) -> None:

@@ -30,7 +30,7 @@ from interlock.synthesis.catalog import load_catalog  # noqa: E402
 from helpers.tasks import contexts_of, fixture_tasks  # noqa: E402
 
 SETTINGS = RLConfig(enabled=True, reward="score", steps=4, tasks_per_step=2, group_size=2, learning_rate=1e-3,
-                    kl=0.04, max_turns=12, save_steps=1)
+                    kl=0.04, max_turns=12, save_steps=1, generation="transformers")
 LIMITS = RolloutLimits(max_turns=SETTINGS.max_turns, max_new_tokens=64, temperature=1.0)
 
 

@@ -8,6 +8,7 @@
     interlock run-queue [--repo DIR] [--grace SECONDS] [--timeout SECONDS]
     interlock collect [--group NAME] [-o DIR]
     interlock compare-runs FIRST SECOND
+    interlock retokenization TABLE... --checkpoint DIR
     interlock [--data DIR] export tasks --format harbor -o DIR [--pool POOL] [--limit N]
     interlock [--data DIR] export trajectories --format atif -o DIR
     interlock [--data DIR] export dataset -o DIR
@@ -103,6 +104,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("first", type=Path, help="a repository (or clone) after `dvc repro`")
     p.add_argument("second", type=Path, help="another, to compare with the first")
     p.set_defaults(run=cmd_compare_runs)
+
+    p = sub.add_parser("retokenization", help="per trajectories table, the sampled assistant turns whose "
+                       "text tokenizes again to other ids (what training on the text would learn instead)")
+    p.add_argument("tables", nargs="+", type=Path, metavar="TABLE",
+                   help="trajectories tables or training sets")
+    p.add_argument("--checkpoint", type=Path, required=True,
+                   help="the checkpoint whose tokenizer sampled them")
+    p.set_defaults(run=cmd_retokenization)
 
     p = sub.add_parser("export", help="the training set, tasks or trajectories in formats other tools read")
     what = p.add_subparsers(dest="what", required=True, metavar="WHAT")
@@ -278,6 +287,24 @@ def cmd_params(args: argparse.Namespace, console: Console) -> None:
     choices = ", ".join(f"{group}={params[group]['name']}" for group in ("scale", "backbone")
                         if group in params)
     console.print(f"wrote {escape(str(args.output))} ({choices})")
+
+
+def cmd_retokenization(args: argparse.Namespace, console: Console) -> None:
+    from transformers import AutoTokenizer
+
+    from interlock.training.examples import encode_trajectories, read_training_items
+
+    tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
+    table = Table("table", "trajectories", "refused", "sampled turns", "rendered turns",
+                  "re-tokenized differ", "share")
+    for path in args.tables:
+        data = encode_trajectories(read_training_items(path), tokenizer, max_length=sys.maxsize)
+        turns = data.turns.summary()
+        share = turns["retokenized_differ_share"]
+        table.add_row(str(path), str(len(data.examples) + len(data.too_long) + len(data.nothing_to_learn)),
+                      str(data.refused["count"]), str(turns["sampled"]), str(turns["rendered"]),
+                      str(turns["retokenized_differ"]), "n/a" if share is None else f"{share:.1%}")
+    _print_table(console, "Sampled turns against their text tokenized again", table)
 
 
 def cmd_run_queue(args: argparse.Namespace, console: Console) -> None:

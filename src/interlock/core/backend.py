@@ -51,12 +51,36 @@ class ChatRequest:
 
 
 @dataclass(frozen=True)
+class SampledTokens:
+    """What a model sampled for one turn, as its engine saw it: the token ids, its stop token last
+    where it stopped on one, and where the engine reports them each token's log-probability under
+    the distribution it was drawn from (the logits divided by the temperature; greedy: the logits).
+    Training learns these ids, not the text re-tokenized (:mod:`interlock.training.examples`):
+    decoding then encoding does not always give them back."""
+
+    ids: tuple[int, ...]
+    logprobs: tuple[float, ...] | None = None
+    stopped: bool = False  # the last id is the stop token that ended the turn
+
+    def to_dict(self) -> dict:
+        return {"ids": list(self.ids), "logprobs": None if self.logprobs is None else list(self.logprobs),
+                "stopped": self.stopped}
+
+    @property
+    def generated(self) -> tuple[int, ...]:
+        """The ids of the turn's text (without its stop token): what the text decodes from."""
+        return self.ids[:-1] if self.stopped else self.ids
+
+
+@dataclass(frozen=True)
 class Completion:
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: CompletionEnd = "stop"
     detail: str = ""  # why a request failed (``server_error``, ``bad_reply``), for the log
+    #: the ids the text was decoded from, where the backend knows them (a model, not a script)
+    sampled: SampledTokens | None = None
 
 
 class EpisodeTask(Protocol):

@@ -282,6 +282,9 @@ class RLConfig(_Strict):
     #: sampling temperature are the backbone's (``backbone.generation``), as in every rollout
     max_turns: int = Field(ge=1)
     save_steps: int = Field(ge=1)  # a resumable checkpoint (weights, optimizer, RNG) every this many steps
+    #: who plays each step's episodes: ``transformers`` (the trained weights themselves) or ``vllm``
+    #: (an engine in this process given the trained weights after every optimizer step)
+    generation: Literal["transformers", "vllm"]
 
 
 class TrainConfig(OptimizationConfig):

@@ -138,7 +138,8 @@ def open_table(path: Path | str, schema: pa.Schema) -> pq.ParquetFile:
         raise InterlockError(f"cannot read Parquet ({exc})", file=str(path)) from None
     for field in schema:
         if field.name not in actual.names:
-            raise InterlockError("column missing", file=str(path), field=field.name)
+            raise InterlockError(f"column missing{_version_note(schema, actual)}", file=str(path),
+                                 field=field.name)
         if not actual.field(field.name).type.equals(field.type):
             raise InterlockError(
                 f"column has type {actual.field(field.name).type}, expected {field.type}",
@@ -147,6 +148,19 @@ def open_table(path: Path | str, schema: pa.Schema) -> pq.ParquetFile:
     if extra:
         raise InterlockError("unexpected columns", file=str(path), field=",".join(sorted(extra)))
     return handle
+
+
+def _version_note(expected: pa.Schema, actual: pa.Schema) -> str:
+    """Where a schema carries a version (``interlock.schema`` metadata) the table does not: which
+    one each is, and what to do."""
+    key = b"interlock.schema"
+    want = (expected.metadata or {}).get(key)
+    have = (actual.metadata or {}).get(key)
+    if want is None or want == have:
+        return ""
+    written = have.decode(errors="replace") if have else "an older version"
+    return (f" (written as {written}, this version reads {want.decode()}: run the stage that writes it "
+            "again)")
 
 
 def count_rows(path: Path | str, schema: pa.Schema) -> int:

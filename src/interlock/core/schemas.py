@@ -72,16 +72,20 @@ AUTHORING_TABLES = {
 #: measured seconds of each author call (no stage reads them)
 AUTHOR_TIMINGS = pa.schema([("task_id", s), ("role", s), ("attempt", i32), ("seconds", f64)])
 
+#: a rollout per row; ``sampled`` (version 2): per assistant message, the token ids its backend
+#: sampled (:class:`~interlock.core.backend.SampledTokens`), which training learns. A table's version
+#: is its ``interlock.schema`` metadata: one of an older version is refused with what to re-run.
 TRAJECTORIES = pa.schema([
     ("rollout_id", s), ("task_id", s), ("domain_id", s), ("pool", s), ("policy", s),
     ("attempt", i32), ("seed", i64), ("messages", s), ("turns", i32), ("tool_calls", i32),
     ("invalid_calls", i32), ("prompt_tokens", i64), ("generated_tokens", i64), ("finish_reason", s),
-    ("final_files", s), ("diff", s),
-])
+    ("final_files", s), ("diff", s), ("sampled", s),
+], metadata={"interlock.schema": "trajectories/2"})
 #: what RFT trains on (the ``sample`` stage): trajectories with where each came from (``policy``: an
 #: accepted rollout; ``rti``: a kept correction), its training weight, and the first message whose
 #: assistant turns carry loss (0: every assistant turn)
-TRAINING_SET = pa.schema([*TRAJECTORIES, ("source", s), ("weight", f64), ("loss_from_message", i32)])
+TRAINING_SET = pa.schema([*TRAJECTORIES, ("source", s), ("weight", f64), ("loss_from_message", i32)],
+                         metadata={"interlock.schema": "training_set/2"})
 #: the ``intervene`` stage: one row per rollout the configured judge rejected; ``turn``: the
 #: intervention point (index of the assistant turn after which the rollout was bound to fail; null
 #: where none was found), ``prefix_messages``: messages kept from the original, ``corrected``: the

@@ -9,7 +9,9 @@ pydantic models in harbor-framework/harbor at :data:`~interlock.export.harbor.HA
   ``call-<step>-<n>``; the answer to a call cites it by ``source_call_id``, and the error answering
   a malformed call (a tool message named ``invalid``) cites none;
 - tokens are counted per rollout, not per turn: ``final_metrics`` has the rollout's completion
-  tokens, and its largest prompt under ``extra``;
+  tokens, and its largest prompt under ``extra``; an agent step whose backend recorded what it
+  sampled carries it in its ``metrics`` (``completion_token_ids``, ``logprobs``: ATIF's fields for
+  training without re-tokenizing);
 - ``extra.interlock`` holds the rollout's ids, counts and finish reason, its record-level diff, the
   collateral the agent judge flagged, and both judges' verdicts on every criterion, with whether
   every mandatory one passed (what ``accept`` keeps).
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from interlock import __version__
 from interlock.core import schemas
+from interlock.core.backend import SampledTokens
 from interlock.core.chat import Message
 from interlock.core.errors import InterlockError
 from interlock.core.io import atomic_output, iter_aligned, open_table
@@ -58,7 +61,7 @@ class JudgedRollout:
 def atif(judged: JudgedRollout) -> dict:
     """The ATIF document of one judged rollout."""
     t = judged.trajectory
-    steps = agent_steps(t.messages, t.rollout_id, judged.source)
+    steps = agent_steps(t.messages, t.rollout_id, judged.source, t.sampled)
     judges = {judge: {"accepted": judged.accepted[judge],
                       "verdicts": [{"criterion_id": v["criterion_id"],
                                     "mandatory": v["criterion_id"] in judged.mandatory,
@@ -82,9 +85,12 @@ def atif(judged: JudgedRollout) -> dict:
     }
 
 
-def agent_steps(messages: Sequence[Message], rollout_id: str, source: str) -> list[dict]:
-    """ATIF steps of a conversation; a tool message that answers nothing is refused, naming it."""
+def agent_steps(messages: Sequence[Message], rollout_id: str, source: str,
+                sampled: Sequence[SampledTokens | None] = ()) -> list[dict]:
+    """ATIF steps of a conversation (``sampled``: per assistant message, what its backend sampled);
+    a tool message that answers nothing is refused, naming it."""
     steps: list[dict] = []
+    turns = iter(sampled)
     unanswered: list[tuple[str, str]] = []  # the last agent step's calls not yet answered: (id, tool)
     for index, message in enumerate(messages):
         where = {"file": source, "item": rollout_id, "field": f"messages[{index}]"}
@@ -94,6 +100,10 @@ def agent_steps(messages: Sequence[Message], rollout_id: str, source: str) -> li
             unanswered = []
         elif message.role == "assistant":
             step: dict = {"step_id": step_id, "source": "agent", "message": message.content}
+            if (tokens := next(turns, None)) is not None:
+                step["metrics"] = {"completion_tokens": len(tokens.ids),
+                                   "completion_token_ids": list(tokens.ids),
+                                   **({} if tokens.logprobs is None else {"logprobs": list(tokens.logprobs)})}
             calls = [(f"call-{step_id}-{n}", call) for n, call in enumerate(message.tool_calls, start=1)]
             if calls:
                 step["tool_calls"] = [{"tool_call_id": call_id, "function_name": call.name,

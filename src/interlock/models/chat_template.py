@@ -126,7 +126,7 @@ def checked_control_tokens(tokenizer, messages: list[dict], ids: list[int], enco
     """``ids`` (``encode(messages)``) if they hold exactly the control tokens the template itself
     writes around the same conversation with every text emptied, else an error: the check that
     neutralizing held for this tokenizer, whatever its normalizer does."""
-    control = _control_ids(tokenizer)
+    control = control_token_ids(tokenizer)
     skeleton = [{**m, "content": "", **({"tool_calls": [_empty_call(c) for c in m["tool_calls"]]}
                                         if m.get("tool_calls") else {})} for m in messages]
     found, expected = (sum(1 for i in sequence if i in control) for sequence in (ids, encode(skeleton)))
@@ -142,7 +142,7 @@ def _empty_call(call: dict) -> dict:
     return {**call, "function": empty} if "function" in call else {**call, **empty}
 
 
-def _control_ids(tokenizer) -> frozenset[int]:
+def control_token_ids(tokenizer) -> frozenset[int]:
     added = getattr(tokenizer, "added_tokens_decoder", None) or {}
     return frozenset([*tokenizer.all_special_ids, *(i for i, t in added.items() if t.special)])
 

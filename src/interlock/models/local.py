@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from interlock.core.backend import ChatRequest, Completion, EpisodeTask
+from interlock.core.backend import ChatRequest, Completion, EpisodeTask, SampledTokens
 from interlock.core.errors import InterlockError
 from interlock.models.chat_template import IM_END, prompt_token_ids, stop_token_ids
 
@@ -45,7 +45,9 @@ class Row:
     prompt: list[int]
     generated: list[int]
     generator: torch.Generator
+    logprobs: list[float] = field(default_factory=list)  # of each token drawn, its stop token's last
     done: str | None = None  # finish reason once finished
+    stop: int | None = None  # the stop token it ended on
     fed: int = 0  # generated tokens fed back to the model (cached with the prompt)
     kv: list = field(default_factory=list)  # transformers: per layer, the keys/values of what was fed
 
@@ -68,6 +70,15 @@ def draw_tokens(logits: torch.Tensor, temperatures: list[float],
     # the first token whose cumulative share exceeds the draw: never one of probability 0
     tokens = torch.searchsorted(cumulative, uniforms * totals, right=True)
     return tokens.clamp_(max=logits.shape[-1] - 1)[:, 0].tolist()
+
+
+def token_logprobs(logits: torch.Tensor, rows: list[Row], tokens: list[int]) -> list[float]:
+    """``log softmax(logits / temperature)`` at each row's token (temperature 0, greedy: the
+    logits as they are): what a trainer's importance ratio compares its own log-probability with."""
+    temperatures = torch.tensor([row.request.temperature or 1.0 for row in rows], dtype=torch.float32)
+    scaled = logits.float() / temperatures[:, None]
+    chosen = scaled.gather(-1, torch.tensor(tokens)[:, None])[:, 0]
+    return (chosen - torch.logsumexp(scaled, dim=-1)).tolist()
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -116,8 +127,10 @@ class LocalBackend:
             self._generate(rows)
         for row in rows:
             text = self.tokenizer.decode(row.generated, skip_special_tokens=False)
-            results[row.index] = Completion(text, len(row.prompt), len(row.generated) + (row.done == "stop"),
-                                            row.done or "length")
+            ids = (*row.generated, *([] if row.stop is None else [row.stop]))
+            sampled = SampledTokens(ids, tuple(row.logprobs), row.stop is not None)
+            results[row.index] = Completion(text, len(row.prompt), len(ids), row.done or "length",
+                                            sampled=sampled)
         return results  # type: ignore[return-value]
 
     def _generate(self, rows: list[Row]) -> None:
@@ -125,7 +138,8 @@ class LocalBackend:
         raise NotImplementedError
 
     def sample(self, rows: list[Row], logits: torch.Tensor) -> None:
-        """Each row's next token from its row of ``logits``; marks the rows that finished."""
+        """Each row's next token from its row of ``logits``, with its log-probability under the
+        distribution it was drawn from; marks the rows that finished."""
         tokens = logits.argmax(dim=-1).tolist()
         hot = [i for i, row in enumerate(rows) if row.request.temperature > 0]
         if hot:
@@ -133,9 +147,10 @@ class LocalBackend:
                                 [rows[i].generator for i in hot])
             for i, token in zip(hot, drawn, strict=True):
                 tokens[i] = token
-        for row, token in zip(rows, tokens, strict=True):
+        for row, token, logprob in zip(rows, tokens, token_logprobs(logits, rows, tokens), strict=True):
+            row.logprobs.append(logprob)
             if token in self.stop_ids:
-                row.done = "stop"
+                row.done, row.stop = "stop", token
                 continue
             row.generated.append(token)
             self.stats.generated_tokens += 1

@@ -13,6 +13,13 @@ retried with exponential backoff and jitter seeded by the request (or after the 
 whatever a server sends is hostile input. Structured ``tool_calls`` in an answer are turned back
 into the project's ``<tool_call>`` text, so trajectories look the same whatever the server.
 
+Given the served checkpoint's tokenizer (a server the stage manages: :mod:`interlock.models.serving`),
+the backend asks vLLM's server for the completion's token ids and their log-probabilities
+(``return_token_ids``, ``logprobs``) and makes the turn's text from those ids exactly as the
+in-process backends do (decoded, special tokens kept), so a served rollout records what was
+sampled (:class:`~interlock.core.backend.SampledTokens`) and its text is that of the ids, not the
+server's tool-call parser's rewriting. An answer without valid ids is a ``bad_reply``.
+
 A request with a ``response_format`` (a JSON schema: a model judge's answer) asks the server to
 constrain its reply to it, as OpenAI's structured outputs (``{"type": "json_schema",
 "json_schema": {"name": ..., "schema": ..., "strict": true}}``; vLLM's and SGLang's servers take
@@ -38,12 +45,12 @@ from pathlib import Path
 
 import httpx
 
-from interlock.core.backend import ChatRequest, Completion, CompletionEnd, EpisodeTask
+from interlock.core.backend import ChatRequest, Completion, CompletionEnd, EpisodeTask, SampledTokens
 from interlock.core.chat import Message, call_markup, render_turn
 from interlock.core.config import BackboneConfig
 from interlock.core.errors import InterlockError
 from interlock.core.seeds import stable_seed
-from interlock.models.chat_template import openai_tools
+from interlock.models.chat_template import openai_tools, stop_token_ids
 
 #: an answer larger than this is not a chat completion (a turn of even 32k tokens is far smaller)
 MAX_REPLY_BYTES = 4 * 2**20
@@ -128,7 +135,7 @@ class OpenAIBackend:
 
     def __init__(self, base_urls: str | Sequence[str], model: str, *, max_in_flight: int,
                  max_retries: int, timeout_s: float, backoff_s: float = 0.5,
-                 max_backoff_s: float = 30.0, api_key_env: str = "OPENAI_API_KEY") -> None:
+                 max_backoff_s: float = 30.0, api_key_env: str = "OPENAI_API_KEY", tokenizer=None) -> None:
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
             raise InterlockError("no server address", field="backbone.server.base_urls")
@@ -144,6 +151,9 @@ class OpenAIBackend:
                                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=0))
         self.retries = 0
         self._lock = threading.Lock()
+        #: the served checkpoint's tokenizer and stop tokens, where the text is made from the ids
+        self.tokenizer = tokenizer
+        self.stop_ids = stop_token_ids(tokenizer) if tokenizer is not None else set()
 
     def begin(self, key: str, task: EpisodeTask) -> None:
         pass
@@ -156,7 +166,10 @@ class OpenAIBackend:
             return list(pool.map(self.complete_one, requests))
 
     def complete_one(self, request: ChatRequest) -> Completion:
-        body = json.dumps(request_body(request, self.model)).encode()
+        payload = request_body(request, self.model)
+        if self.tokenizer is not None:
+            payload |= {"return_token_ids": True, "logprobs": True}
+        body = json.dumps(payload).encode()
         jitter = random.Random(stable_seed("openai-backoff", request.key, request.seed))
         problem, failed_on = "", None
         for attempt in range(self.max_retries + 1):
@@ -172,7 +185,7 @@ class OpenAIBackend:
             if status == 200:
                 with self._lock:
                     endpoint.streak = 0
-                return _completion(data)
+                return _completion(data, self)
             if status is not None:
                 text = data[:300].decode("utf-8", errors="replace")
                 problem = f"{endpoint.url} answered {status}: {text!r}"  # repr: no control characters
@@ -267,12 +280,12 @@ def _failed(reason: CompletionEnd, detail: str) -> Completion:
     return Completion("", finish_reason=reason, detail=detail[:500])
 
 
-def _completion(data: bytes) -> Completion:
+def _completion(data: bytes, backend: OpenAIBackend) -> Completion:
     """An HTTP 200's body as a completion, or a ``bad_reply`` saying what is wrong with it."""
     if len(data) > MAX_REPLY_BYTES:
         return _failed("bad_reply", f"an answer of over {MAX_REPLY_BYTES} bytes")
     try:
-        return _read_answer(json.loads(data))
+        return _read_answer(json.loads(data), backend)
     except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, nested too deeply, a lone surrogate
         return _failed("bad_reply", f"not a JSON answer ({type(exc).__name__}: {exc})")
     except _BadReply as exc:
@@ -291,7 +304,7 @@ def _field(container: object, key: str, kind: type | tuple[type, ...], required:
     return value
 
 
-def _read_answer(answer: object) -> Completion:
+def _read_answer(answer: object, backend: OpenAIBackend) -> Completion:
     choices = _field(answer, "choices", list, required=True)
     if not choices:
         raise _BadReply("no choices")
@@ -303,9 +316,27 @@ def _read_answer(answer: object) -> Completion:
     if not all(0 <= n <= MAX_TOKENS for n in tokens):
         raise _BadReply(f"token counts out of range: {tokens}")
     finish = "length" if _field(choices[0], "finish_reason", str) == "length" else "stop"
+    if backend.tokenizer is not None:
+        sampled = _sampled(choices[0], backend)
+        text = backend.tokenizer.decode(list(sampled.generated), skip_special_tokens=False)
+        return Completion(text, tokens[0], len(sampled.ids), finish, sampled=sampled)
     text = render_turn(content, calls) if calls else content
     text.encode("utf-8")  # a lone surrogate (JSON's "\ud800") could not be written to a table
     return Completion(text, tokens[0], tokens[1], finish)
+
+
+def _sampled(choice: dict, backend: OpenAIBackend) -> SampledTokens:
+    """The ids vLLM's server returns for a choice (``return_token_ids``), each in the tokenizer's
+    vocabulary, with their log-probabilities where it sent one per id."""
+    ids = _field(choice, "token_ids", list, required=True)
+    if len(ids) > MAX_TOKENS or not all(type(i) is int and 0 <= i < len(backend.tokenizer) for i in ids):
+        raise _BadReply("token_ids holds something that is no id of the served tokenizer")
+    steps = _field(_field(choice, "logprobs", dict) or {}, "content", list) or []
+    logprobs = [step.get("logprob") if isinstance(step, dict) else None for step in steps]
+    valid = len(logprobs) == len(ids) and all(type(x) in (int, float) and math.isfinite(x) and x <= 0
+                                              for x in logprobs)
+    return SampledTokens(tuple(ids), tuple(map(float, logprobs)) if valid else None,
+                         bool(ids) and ids[-1] in backend.stop_ids)
 
 
 def _tool_call(call: object) -> str:

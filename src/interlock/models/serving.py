@@ -200,14 +200,16 @@ _LIVE = _LiveServers()
 def vllm_command(checkpoint: Path, port: int, *, dtype: str, max_model_len: int,
                  data_parallel_size: int, tensor_parallel_size: int, gpu: bool) -> list[str]:
     """``vllm serve`` as the pipeline runs it: the checkpoint under its own path as the model name
-    (what the stages ask for), the project's ``<tool_call>`` format parsed (hermes), seeded; on a
+    (what the stages ask for), the project's ``<tool_call>`` format parsed (hermes), seeded, each
+    sampled token's log-probability after the temperature (as the in-process backend); on a
     CPU in eager mode without chunked prefill, the model run by the engine-core process itself
     (``uni``, with :data:`~interlock.models.vllm_backend.CPU_ENGINE_ENV`), as the in-process backend
     runs it (:mod:`interlock.models.vllm_backend`)."""
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint),
                "--served-model-name", str(checkpoint), "--host", "127.0.0.1", "--port", str(port),
                "--dtype", dtype, "--max-model-len", str(max_model_len), "--seed", "0",
-               "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+               "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+               "--logprobs-mode", "processed_logprobs"]
     if gpu:
         command += ["--data-parallel-size", str(data_parallel_size),
                     "--tensor-parallel-size", str(tensor_parallel_size)]
@@ -278,5 +280,8 @@ def serve_vllm(backbone: BackboneConfig, checkpoint: Path) -> ServedBackend:
     log = SERVER_LOGS / f"{'-'.join(Path(checkpoint).parts[-2:])}.{port}.log"
     server = ManagedServer(command, port, log, env=env, startup_s=settings.startup_s,
                            name=f"vLLM server of {checkpoint}").start()
-    client = OpenAIBackend(server.base_url, str(checkpoint), **settings.client_limits())
+    from transformers import AutoTokenizer
+
+    client = OpenAIBackend(server.base_url, str(checkpoint), **settings.client_limits(),
+                           tokenizer=AutoTokenizer.from_pretrained(checkpoint))
     return ServedBackend(client, server)

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
-from interlock.core.backend import ChatRequest, Completion, EpisodeTask
+from interlock.core.backend import ChatRequest, Completion, EpisodeTask, SampledTokens
 from interlock.core.config import BackboneConfig
 from interlock.models.backends import model_runtime
 from interlock.models.chat_template import prompt_token_ids, stop_token_ids
@@ -41,26 +42,33 @@ from interlock.models.chat_template import prompt_token_ids, stop_token_ids
 #: vLLM's environment on a CPU (a variable already set wins): a KV cache of 2 GiB, and the model
 #: run by the process that schedules it, vLLM's CPU platform keeping the ``uni`` executor only with
 #: V1 multiprocessing off (a worker process is another 9 s of imports, and on 2 cores it decoded
-#: the served tiny model 1.5x slower: docs/measurements.md)
+#: the default run's base model, served, 1.5x slower: docs/measurements.md)
 CPU_ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 class VLLMBackend:
     name = "vllm"
 
-    def __init__(self, checkpoint: str, *, dtype: str = "bfloat16",
-                 max_model_len: int | None = None, gpu_memory_utilization: float = 0.85) -> None:
+    def __init__(self, checkpoint: str, *, dtype: str = "bfloat16", max_model_len: int | None = None,
+                 gpu_memory_utilization: float = 0.85, in_process: bool = False) -> None:
+        """``in_process``: the engine runs in this process on a GPU too (on a CPU it always does),
+        so :meth:`load_weights` reaches its model directly."""
         import torch
 
         cpu, threads = not torch.cuda.is_available(), torch.get_num_threads()
         if cpu:  # read by vLLM when the engine starts, so set before it is imported
             for name, value in CPU_ENGINE_ENV.items():
                 os.environ.setdefault(name, value)
+        if in_process:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM  # the gpu extra, or vllm-cpu
 
         self.llm = LLM(model=checkpoint, dtype=dtype,
                        max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
                        enable_prefix_caching=True, enforce_eager=cpu, seed=0,
+                       # each sampled token's log-probability after the temperature, as the
+                       # transformers backend reports it (SampledTokens)
+                       logprobs_mode="processed_logprobs",
                        # a prefill split over steps rewinds a seeded request's generator, which a
                        # CPU generator cannot do (vLLM 0.32: "CPU Generator does not use offset")
                        enable_chunked_prefill=not cpu)
@@ -83,6 +91,19 @@ class VLLMBackend:
             self.llm.llm_engine.engine_core.shutdown()
             self.llm = None
 
+    def load_weights(self, weights: Iterable[tuple[str, object]]) -> None:
+        """Put ``weights`` (name and tensor, as a transformers model's ``named_parameters`` gives
+        them) into the engine's model in place, and forget every cached prefix (computed with the
+        weights before): what a trainer does after each optimizer step so the engine samples from
+        the policy being trained (:mod:`interlock.rl.grpo`). The engine runs in this process, so
+        the tensors are read directly, not sent."""
+        # vLLM's in-place reload: it undoes what loading did to the weights first (a CPU repacks
+        # them for its kernels), which a model's own ``load_weights`` cannot take again
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(weights),
+                                                          "is_checkpoint_format": True})
+        self.llm.apply_model(_tie_output_embeddings)
+        self.llm.reset_prefix_cache()
+
     def complete(self, requests: list[ChatRequest]) -> list[Completion]:
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
@@ -94,17 +115,36 @@ class VLLMBackend:
             [{"prompt_token_ids": prompts[i]} for i in live],
             [SamplingParams(temperature=requests[i].temperature, max_tokens=requests[i].max_new_tokens,
                             seed=requests[i].seed, stop_token_ids=sorted(self.stop_ids), detokenize=False,
+                            logprobs=0,
                             structured_outputs=None if requests[i].response_format is None
                             else StructuredOutputsParams(json=requests[i].response_format))
              for i in live],
             use_tqdm=False)
         completions = [Completion("", len(p), 0, "context") for p in prompts]
         for i, output in zip(live, outputs, strict=True):
-            ids = list(output.outputs[0].token_ids)
+            sample = output.outputs[0]
+            ids = tuple(sample.token_ids)
             stopped = bool(ids) and ids[-1] in self.stop_ids
+            logprobs = tuple(step[token].logprob for step, token in zip(sample.logprobs, ids, strict=True))
             text = self.tokenizer.decode(ids[:-1] if stopped else ids, skip_special_tokens=False)
-            completions[i] = Completion(text, len(prompts[i]), len(ids), "stop" if stopped else "length")
+            completions[i] = Completion(text, len(prompts[i]), len(ids), "stop" if stopped else "length",
+                                        sampled=SampledTokens(ids, logprobs, stopped))
         return completions
+
+
+def _tie_output_embeddings(model) -> None:
+    """Where the model ties its output layer to its input embeddings (SmolLM2, the tiny model), make
+    the output layer read the embeddings again: vLLM 0.32's in-place reload gives the embeddings a
+    new tensor and leaves the output layer on the old one (it logs "ParallelLMHead: Failed to load
+    weights"), so the engine would sample through the weights it started with."""
+    head, inner = getattr(model, "lm_head", None), getattr(model, "model", None)
+    embeddings = getattr(inner, "embed_tokens", None)
+    if head is None or embeddings is None or not model.config.tie_word_embeddings:
+        return
+    head.weight = embeddings.weight
+    method = getattr(head, "quant_method", None)
+    if method is not None:  # a CPU's logits kernel packs the weight it reads (vLLM's cpu_linear)
+        method.process_weights_after_loading(head)
 
 
 def answer_probe(folder: str) -> None:

@@ -38,7 +38,7 @@ from interlock.rollout.engine import (
 )
 from interlock.rollout.trajectory import Trajectory
 from interlock.synthesis.tasks import TaskContext
-from interlock.training.examples import encode_conversation
+from interlock.training.examples import marked_spans, sampled_turn_ids, trajectory_tokens
 
 log = logging.getLogger(__name__)
 
@@ -208,9 +208,10 @@ class PolicyTokens:
 
 
 def policy_tokens(trajectory: Trajectory, tokenizer, max_length: int) -> PolicyTokens:
-    """An episode's tokens as the chat template renders them (the tokens RFT would train on): the
-    prompt runs up to the first token the policy wrote, the completion from there to the last (its
-    end-of-turn token), and ``env_mask`` is 1 on the policy's own tokens and 0 on what the
+    """An episode's tokens as RFT would train on them (:func:`trajectory_tokens`: each turn the ids
+    its backend sampled, the chat template's tokens around them): the prompt runs up to the first
+    token the policy wrote, the completion from there to the last (its end-of-turn token), and
+    ``env_mask`` is 1 on the policy's own tokens and 0 on what the
     environment wrote between its turns (tool results), which carry no loss.
 
     Three kinds of episode train nothing and keep their place in their group's statistics with
@@ -219,7 +220,7 @@ def policy_tokens(trajectory: Trajectory, tokenizer, max_length: int) -> PolicyT
     a server that ignored its token limit, say; cut to fit), and one the chat template cannot
     render or whose policy tokens it does not mark (the opening and one end-of-text token)."""
     try:
-        ids, mask = encode_conversation(tokenizer, [m.to_dict() for m in trajectory.messages])
+        ids, mask = trajectory_tokens(tokenizer, trajectory)
     except Exception as error:  # noqa: BLE001 - what the policy wrote must not stop the step
         problem = f"not renderable: {type(error).__name__}: {error}"[:300]
         return _nothing_trained(trajectory, tokenizer, problem)
@@ -248,8 +249,22 @@ def _nothing_trained(trajectory: Trajectory, tokenizer, problem: str) -> PolicyT
     return PolicyTokens(prompt, [tokenizer.eos_token_id], [0], problem)
 
 
-def unavailable_logprobs(completion_ids: Sequence[int]) -> list[float]:
-    """The sampling log-probabilities a rollout reports when it has none: NaN, TRL's mark for
-    "not scored" (they matter only to vLLM's importance-sampling correction; the episodes here
-    are sampled from the trained weights themselves)."""
-    return [math.nan] * len(completion_ids)
+def sampling_logprobs(trajectory: Trajectory, tokenizer, tokens: PolicyTokens) -> list[float]:
+    """Per completion token of ``tokens`` (:func:`policy_tokens`), the log-probability it was
+    sampled with, where the backend reported it (TRL's importance-sampling correction compares it
+    with the trained weights' own); NaN, TRL's mark for "not scored", everywhere else: what the
+    environment wrote, a turn rendered from its text, the template's end of a turn that did not
+    stop on that token, an episode that trains nothing."""
+    logprobs = [math.nan] * len(tokens.completion_ids)
+    if tokens.problem is not None:
+        return logprobs
+    used = sampled_turn_ids(tokenizer, trajectory)
+    sampled_turns = trajectory.sampled or [None] * len(used)
+    for (start, _), ids, sampled in zip(marked_spans(tokens.env_mask), used, sampled_turns, strict=True):
+        if ids is None or sampled is None or sampled.logprobs is None:
+            continue
+        end_token = tokens.completion_ids[start + len(ids)]
+        logprobs[start:start + len(ids)] = sampled.logprobs[:len(ids)]
+        if sampled.stopped and sampled.ids[-1] == end_token:
+            logprobs[start + len(ids)] = sampled.logprobs[-1]
+    return logprobs

@@ -3,10 +3,17 @@ groups of episodes (TRL's ``rollout_func``) and the agent judge's verdicts are t
 
 TRL hands the rollout function the step's prompts, each already repeated ``group_size`` times;
 :class:`GroupRollouts` finds each prompt's task (:class:`~interlock.rl.environment.TaskPool`),
-plays one episode per prompt from a fresh workspace with the policy being trained (its weights of
-this step, through the ``transformers`` backend: exactly on-policy), judges every episode
-(:func:`~interlock.rl.environment.score`), and returns the token ids with tool results masked out
-(``env_mask``) and the rewards, which reach TRL's reward functions as keyword arguments. Each
+plays one episode per prompt from a fresh workspace with the policy being trained, judges every
+episode (:func:`~interlock.rl.environment.score`), and returns the token ids the policy sampled
+with tool results masked out (``env_mask``), each sampled token's log-probability, and the
+rewards, which reach TRL's reward functions as keyword arguments.
+
+Who plays (``train.rl.generation``): ``transformers``, the trained weights of this step
+themselves (exactly on-policy); or ``vllm``, an engine in this process (:class:`PolicyEngine`)
+built once from the starting checkpoint and given the trained weights after every optimizer step
+(TRL calls its ``sync_weights`` before each step's rollouts, as it does for its own vLLM
+generation), whose sampling log-probabilities TRL's importance-sampling correction compares with
+the trained weights' own (``vllm_importance_sampling_correction``). Each
 episode's sampling seed comes from the run's seed, the step and its place in the batch, so a run
 resumed from a checkpoint plays the steps after it as an uninterrupted run would.
 
@@ -39,7 +46,7 @@ from interlock.core.io import fingerprint, write_json
 from interlock.core.seeds import stable_seed
 from interlock.judging.judges import Judge
 from interlock.models.checkpoint import load_checkpoint, save_checkpoint, weights_sha256
-from interlock.rl.environment import ScoredEpisode, TaskPool, play, policy_tokens, score, unavailable_logprobs
+from interlock.rl.environment import ScoredEpisode, TaskPool, play, policy_tokens, sampling_logprobs, score
 from interlock.rl.reward import FAILED_ENDS
 from interlock.rollout.engine import RolloutLimits
 from interlock.training.trainer import check_one_job, launched_processes
@@ -83,10 +90,11 @@ class GroupRollouts:
     """TRL's ``rollout_func``: one judged episode per prompt it is handed."""
 
     def __init__(self, pool: TaskPool, judge: Judge, settings: GRPOSettings, workdir: Path, log: StepLog,
-                 backend: ChatBackend | None = None) -> None:
+                 backend: ChatBackend | None = None, engine: PolicyEngine | None = None) -> None:
         self.pool, self.judge, self.settings = pool, judge, settings
         self.workdir, self.log = workdir, log
         self.backend = backend  # None: the trained weights themselves (tests hand a scripted policy)
+        self.engine = engine  # the vLLM engine that plays instead of the trained weights, if any
         self.last: list[ScoredEpisode] = []  # the latest step's judged episodes
 
     def __call__(self, prompts: Sequence, trainer) -> dict[str, list]:
@@ -101,7 +109,10 @@ class GroupRollouts:
         was_training = model.training
         start = time.perf_counter()
         try:
-            backend = self.backend or _policy_backend(model, tokenizer, self.settings.max_context)
+            if self.engine is not None:
+                self.engine.synced(trainer.state.global_step)
+            backend = self.backend or (self.engine.backend if self.engine is not None else
+                                       _policy_backend(model, tokenizer, self.settings.max_context))
             trajectories = play(tasks, seeds, backend, self.settings.limits,
                                 self.workdir / f"process-{accelerator.process_index}", prefix=f"step{step}")
         finally:
@@ -130,9 +141,40 @@ class GroupRollouts:
                      write=accelerator.is_main_process)
         return {"prompt_ids": [t.prompt_ids for t in tokens],
                 "completion_ids": [t.completion_ids for t in tokens],
-                "logprobs": [unavailable_logprobs(t.completion_ids) for t in tokens],
+                "logprobs": [sampling_logprobs(s.trajectory, tokenizer, t) for s, t in zip(scored, tokens,
+                                                                                          strict=True)],
                 "env_mask": [t.env_mask for t in tokens],
                 "reward": rewards, "passed": passed}
+
+
+class PolicyEngine:
+    """``train.rl.generation: vllm``: a vLLM engine in this process that plays the episodes,
+    built from the starting checkpoint and given the trained weights whenever the optimizer has
+    stepped since it last had them. TRL calls :meth:`sync_weights` before each step's rollouts
+    (its contract for a rollout function with ``use_vllm``); the rollout function checks it was."""
+
+    def __init__(self, start: Path, settings: GRPOSettings) -> None:
+        from interlock.models.vllm_backend import VLLMBackend
+
+        self.backend = VLLMBackend(str(start), dtype=settings.compute_dtype,
+                                   max_model_len=settings.max_context, gpu_memory_utilization=0.3,
+                                   in_process=True)
+        self.trainer = None  # set once the trainer exists
+        self.step = 0  # the optimizer step whose weights the engine holds (0: the starting checkpoint's)
+
+    def sync_weights(self) -> None:
+        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+        self.backend.load_weights(model.named_parameters())
+        self.step = self.trainer.state.global_step
+
+    def synced(self, step: int) -> None:
+        """Make sure the engine holds the weights of ``step`` (TRL's call may be missing after a
+        resume, or in a TRL that no longer makes it)."""
+        if self.step != step:
+            self.sync_weights()
+
+    def close(self) -> None:
+        self.backend.close()
 
 
 def _policy_backend(model, tokenizer, max_context: int) -> ChatBackend:
@@ -201,13 +243,21 @@ def train_grpo(start: Path, pool: TaskPool, judge: Judge, settings: GRPOSettings
         reward_weights=[1.0, 0.0], logging_steps=1, save_strategy="steps", save_steps=rl.save_steps,
         save_total_limit=1, report_to=[], seed=settings.seed, data_seed=settings.seed, use_cpu=not gpu,
         bf16=settings.compute_dtype == "bfloat16", disable_tqdm=False)
-    rollouts = GroupRollouts(pool, judge, settings, work / "episodes", log, backend)
+    engine = PolicyEngine(start, settings) if rl.generation == "vllm" and backend is None else None
+    rollouts = GroupRollouts(pool, judge, settings, work / "episodes", log, backend, engine)
     trainer = GRPOTrainer(model=model, reward_funcs=[judged_reward, judged_pass], args=args,
                           train_dataset=Dataset.from_list([{"prompt": p} for p in pool.prompts()]),
                           processing_class=tokenizer, rollout_func=rollouts, callbacks=list(callbacks))
     check_one_job(trainer.accelerator.num_processes)
+    if engine is not None:  # TRL's vLLM path, with this engine: weight sync and importance sampling
+        engine.trainer = trainer
+        trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, engine, -1
     started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resume)
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    finally:
+        if engine is not None:
+            engine.close()
     seconds = time.perf_counter() - started
     main = trainer.accelerator.is_main_process
     if main:
@@ -234,6 +284,7 @@ def train_grpo(start: Path, pool: TaskPool, judge: Judge, settings: GRPOSettings
         "seconds_per_episode": _mean([r["seconds_per_episode"] for r in played]),
         "loss_type": args.loss_type,
         "processes": processes,
+        "generation": "scripted" if backend is not None else rl.generation,
     }
     if main:
         shutil.rmtree(work, ignore_errors=True)  # finished: nothing to resume

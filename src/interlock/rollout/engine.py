@@ -44,6 +44,7 @@ from interlock.core.backend import (
     CompletionEnd,
     ConcurrentBackend,
     EpisodeTask,
+    SampledTokens,
 )
 from interlock.core.chat import Message, ParsedTurn, ToolCall, ToolResult, parse_turn, render_call
 from interlock.core.errors import InterlockError
@@ -189,6 +190,8 @@ class Episode:
     invalid_calls: int = 0
     prompt_tokens: int = 0
     generated_tokens: int = 0
+    #: per assistant message, what its backend sampled (None for the prefix's turns: another record's)
+    sampled: list[SampledTokens | None] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     started: float = 0.0
 
@@ -268,6 +271,7 @@ def start_episode(episode: Episode, backend: ChatBackend, workdir: Path, limits:
             raise InterlockError(f"the prefix to continue has already ended ({enacted.finish_reason})",
                                  item=episode.rollout_id, field="prefix")
         episode.messages = enacted.messages
+        episode.sampled = [None] * sum(m.role == "assistant" for m in enacted.messages)
         episode.turns, episode.steps = enacted.turns, enacted.steps
         episode.tool_calls, episode.invalid_calls = enacted.tool_calls, enacted.invalid_calls
     else:
@@ -296,6 +300,7 @@ def advance_episode(episode: Episode, completion: Completion, limits: RolloutLim
         return
     rules = episode.limits or limits.episode
     _act(episode, completion.text, rules)
+    episode.sampled.append(completion.sampled)
     if episode.finish_reason is None and episode.steps >= rules.max_turns:
         episode.finish_reason = "max_turns"
 
@@ -468,9 +473,10 @@ def reenacted_trajectory(trajectory: Trajectory, environment: Environment,
     may be trained on, whatever else the record held."""
     enacted = reenact(environment, trajectory.messages, limits)
     final_files, diff = environment.close()
+    played = sum(m.role == "assistant" for m in enacted.messages)
     return dataclasses.replace(
-        trajectory, messages=enacted.messages, turns=enacted.counted_turns,
-        tool_calls=enacted.tool_calls, invalid_calls=enacted.invalid_calls,
+        trajectory, messages=enacted.messages, sampled=trajectory.sampled[:played],
+        turns=enacted.counted_turns, tool_calls=enacted.tool_calls, invalid_calls=enacted.invalid_calls,
         finish_reason=enacted.finish_reason or trajectory.finish_reason, final_files=final_files, diff=diff)
 
 
@@ -518,4 +524,5 @@ def finish_episode(episode: Episode, backend: ChatBackend) -> Trajectory:
         episode.rollout_id, episode.task.task_id, episode.domain_id, episode.pool, episode.policy,
         episode.attempt, episode.seed, episode.messages, episode.turns, episode.tool_calls,
         episode.invalid_calls, episode.prompt_tokens, episode.generated_tokens, episode.finish_reason,
-        final_files, diff, seconds=time.perf_counter() - episode.started)
+        final_files, diff, episode.sampled if any(episode.sampled) else [],
+        seconds=time.perf_counter() - episode.started)

@@ -11,6 +11,7 @@ row and the field. The stage fails that row with the reason and goes on with the
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import Literal, get_args
 import pyarrow as pa
 
 from interlock.core import schemas
+from interlock.core.backend import SampledTokens
 from interlock.core.chat import Message, RecordError, storable
 from interlock.core.errors import InterlockError
 from interlock.core.io import dumps, iter_row_groups
@@ -55,13 +57,16 @@ class Trajectory:
     finish_reason: FinishReason
     final_files: dict[str, str | None]  # created or changed files, None where deleted
     diff: list[dict]  # file, record, before, after
+    #: per assistant message, in order, what its backend sampled (None where it knows nothing: a
+    #: scripted policy, a turn carried over from another record); empty: no turn has any
+    sampled: list[SampledTokens | None] = field(default_factory=list)
     seconds: float = field(default=0.0, compare=False)  # measured: kept out of the artifact
 
     def to_row(self) -> dict:
-        row = {k: v for k, v in self.__dict__.items() if k not in {"messages", "final_files", "diff",
-                                                                  "seconds"}}
+        row = {k: v for k, v in self.__dict__.items() if k not in {*_JSON_FIELDS, "seconds"}}
         return {**row, "messages": dumps([m.to_dict() for m in self.messages], sort_keys=False),
-                "final_files": dumps(self.final_files), "diff": dumps(self.diff)}
+                "final_files": dumps(self.final_files), "diff": dumps(self.diff),
+                "sampled": dumps([None if s is None else s.to_dict() for s in self.sampled], sort_keys=False)}
 
     @classmethod
     def from_row(cls, row: dict, source: str, index: int | None = None) -> Trajectory:
@@ -81,7 +86,7 @@ class Trajectory:
         for name in _COUNT_FIELDS:
             if not isinstance(row.get(name), int) or row[name] < 0:
                 raise bad(name, f"{row.get(name)!r} is not a count (an integer >= 0)")
-        values = {name: _json(row.get(name), name, bad) for name in ("messages", "final_files", "diff")}
+        values = {name: _json(row.get(name), name, bad) for name in _JSON_FIELDS}
         if not isinstance(values["messages"], list):
             raise bad("messages", "not a JSON list of messages")
         messages = []
@@ -97,11 +102,45 @@ class Trajectory:
         diff = values["diff"]
         if not isinstance(diff, list) or not all(isinstance(e, dict) and set(e) == _DIFF_KEYS for e in diff):
             raise bad("diff", f"not a JSON list of objects with exactly {', '.join(sorted(_DIFF_KEYS))}")
-        plain = {k: v for k, v in row.items() if k not in {"messages", "final_files", "diff"}}
-        return cls(**plain, messages=messages, final_files=files, diff=diff)
+        sampled = _sampled(values["sampled"], sum(m.role == "assistant" for m in messages), bad)
+        plain = {k: v for k, v in row.items() if k not in _JSON_FIELDS}
+        return cls(**plain, messages=messages, final_files=files, diff=diff, sampled=sampled)
 
 
+_JSON_FIELDS = ("messages", "final_files", "diff", "sampled")
 _DIFF_KEYS = frozenset({"file", "record", "before", "after"})
+_SAMPLED_KEYS = frozenset({"ids", "logprobs", "stopped"})
+#: the most token ids one recorded turn may hold, and the largest id (a vocabulary's size bound)
+MAX_TURN_TOKENS, MAX_TOKEN_ID = 1 << 20, (1 << 31) - 1
+
+
+def _sampled(value: object, turns: int, bad) -> list[SampledTokens | None]:
+    """The ``sampled`` column read strictly: a list with one entry per assistant message (or none
+    at all), each null or exactly what :meth:`SampledTokens.to_dict` writes."""
+    if not isinstance(value, list) or len(value) not in (0, turns):
+        raise bad("sampled", f"not a JSON list with one entry per assistant message ({turns}) or none")
+    entries = []
+    for position, entry in enumerate(value):
+        if entry is None:
+            entries.append(None)
+            continue
+        where = f"sampled[{position}]"
+        if not isinstance(entry, dict) or set(entry) != _SAMPLED_KEYS:
+            raise bad(where, f"not an object with exactly {', '.join(sorted(_SAMPLED_KEYS))}")
+        ids, logprobs, stopped = entry["ids"], entry["logprobs"], entry["stopped"]
+        if (not isinstance(ids, list) or len(ids) > MAX_TURN_TOKENS
+                or not all(type(i) is int and 0 <= i <= MAX_TOKEN_ID for i in ids)):
+            raise bad(f"{where}.ids", f"not a list of at most {MAX_TURN_TOKENS} token ids (integers "
+                                      f"0-{MAX_TOKEN_ID})")
+        if logprobs is not None and (
+                not isinstance(logprobs, list) or len(logprobs) != len(ids)
+                or not all(type(x) in (int, float) and math.isfinite(x) and x <= 0 for x in logprobs)):
+            raise bad(f"{where}.logprobs", "neither null nor one finite log-probability (<= 0) per id")
+        if not isinstance(stopped, bool) or (stopped and not ids):
+            raise bad(f"{where}.stopped", "not a boolean, or true with no id to be the stop token")
+        entries.append(SampledTokens(tuple(ids), None if logprobs is None else tuple(map(float, logprobs)),
+                                     stopped))
+    return entries
 
 
 def _json(text: object, name: str, bad) -> object:

@@ -5,6 +5,15 @@ template with the same tool list), so a model is trained on what it will be aske
 The chat template marks assistant text and its ``<|im_end|>`` with ``{% generation %}``; only
 those tokens carry loss. Tool results, the system prompt and the request are context only.
 
+An assistant turn whose backend recorded the ids it sampled
+(:class:`~interlock.core.backend.SampledTokens`) is learned as those ids, between the template's
+own tokens, not as its text rendered and tokenized again:
+decoding then encoding does not always give the sampled ids back (a merge across the end of a
+call's markup, a call re-serialized by the template, a turn whose text outside its calls the
+engine moved), and a model must not learn tokens it never produced. The ids are checked against
+the record first (:func:`sampled_turn_ids`); a turn without them (a demonstration, a scripted
+policy, a turn carried over from another record) is rendered.
+
 A training set row (:data:`~interlock.core.schemas.TRAINING_SET`) adds a weight and
 ``loss_from_message``: the first message whose assistant turns carry loss, so a rollout corrected
 from an intervention point is trained on the corrected turns only, its original prefix being
@@ -25,8 +34,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from interlock.core import schemas
+from interlock.core.chat import parse_turn
 from interlock.core.errors import InterlockError
-from interlock.models.chat_template import checked_control_tokens, openai_tools, template_messages
+from interlock.models.chat_template import (
+    checked_control_tokens,
+    control_token_ids,
+    openai_tools,
+    stop_token_ids,
+    template_messages,
+)
 from interlock.rollout.engine import TOOLS
 from interlock.rollout.trajectory import BadRow, BadRows, Row, Trajectory, iter_rows
 
@@ -64,6 +80,8 @@ class ExampleSet:
     nothing_to_learn: list[str]  # example ids without an assistant token (after ``loss_from_message``)
     #: bad rows and trajectories the template cannot render safely (:meth:`BadRows.summary`)
     refused: dict = field(default_factory=lambda: BadRows().summary())
+    #: the examples' assistant turns by how they are learned (:class:`TurnCounts`)
+    turns: TurnCounts = field(default_factory=lambda: TurnCounts())
 
     @property
     def tokens(self) -> int:
@@ -99,12 +117,85 @@ class TrainingItem:
     source: str | None = None
 
 
-def encode_conversation(tokenizer, messages: list[dict],
-                        loss_from_message: int = 0) -> tuple[list[int], list[bool]]:
+@dataclass
+class TurnCounts:
+    """Assistant turns of a set of examples: learned as the ids their backend sampled
+    (``sampled``), or rendered from their text (``rendered``: none recorded, or a turn the engine
+    cut); ``retokenized_differ``: sampled turns whose rendered tokens are not the sampled ones,
+    which training on the text alone would have learned in their place."""
+
+    sampled: int = 0
+    rendered: int = 0
+    retokenized_differ: int = 0
+
+    def add(self, other: TurnCounts) -> None:
+        self.sampled += other.sampled
+        self.rendered += other.rendered
+        self.retokenized_differ += other.retokenized_differ
+
+    def summary(self) -> dict:
+        share = self.retokenized_differ / self.sampled if self.sampled else None
+        return {**self.__dict__, "retokenized_differ_share": None if share is None else round(share, 4)}
+
+
+def sampled_turn_ids(tokenizer, trajectory: Trajectory) -> list[list[int] | None]:
+    """Per assistant message, the ids training learns for it: the ids its backend sampled, its
+    stop token left out (the template writes its own end of turn), or None where it is rendered
+    from its text (nothing sampled; or a turn the engine cut after the call that ended the episode,
+    whose later calls never ran and so are learned by nobody).
+
+    The record is held to its ids: they must decode to text from which the engine makes exactly
+    the recorded turn (its calls run, everything else its text), hold no control token of the
+    tokenizer (the template's structure is not the policy's to write) and end on one of its stop
+    tokens where they say they stopped. Anything else is an :class:`InterlockError` naming the
+    turn: the trajectory is refused, never learned in part."""
+    turns = [m for m in trajectory.messages if m.role == "assistant"]
+    sampled = trajectory.sampled
+    if not sampled:
+        return [None] * len(turns)
+    if len(sampled) != len(turns):
+        raise InterlockError(f"{len(sampled)} sampled entries for {len(turns)} assistant turns",
+                             field="sampled")
+    control, stops = control_token_ids(tokenizer), stop_token_ids(tokenizer)
+    ids: list[list[int] | None] = []
+    for number, (turn, sample) in enumerate(zip(turns, sampled, strict=True)):
+        if sample is None:
+            ids.append(None)
+            continue
+        where = f"sampled[{number}]"
+        if sample.stopped and sample.ids[-1] not in stops:
+            raise InterlockError(f"ends on token {sample.ids[-1]}, none of the tokenizer's stop tokens",
+                                 field=where)
+        generated = list(sample.generated)
+        if any(i >= len(tokenizer) for i in generated):
+            raise InterlockError(f"holds a token id past the tokenizer's {len(tokenizer)}", field=where)
+        if control & set(generated):
+            token = tokenizer.convert_ids_to_tokens(min(control & set(generated)))
+            raise InterlockError(f"holds the control token {token!r}, which the policy may not write "
+                                 "into the template's structure", field=where)
+        parsed = parse_turn(tokenizer.decode(generated, skip_special_tokens=False))
+        ran = len(turn.tool_calls)
+        if parsed.calls[:ran] != turn.tool_calls:
+            raise InterlockError("decodes to other calls than the turn records", field=where)
+        submitted = number == len(turns) - 1 and trajectory.finish_reason == "submitted"
+        if turn.content == parsed.remainder(ran):
+            ids.append(generated)
+        elif submitted and turn.content == parsed.remainder():
+            ids.append(None)  # the engine cut it after the call that ended the episode
+        else:
+            raise InterlockError("decodes to other text than the turn records", field=where)
+    return ids
+
+
+def encode_conversation(tokenizer, messages: list[dict], loss_from_message: int = 0,
+                        turn_ids: list[list[int] | None] | None = None,
+                        counts: TurnCounts | None = None) -> tuple[list[int], list[bool]]:
     """Token ids and loss mask of a conversation, trailing non-assistant turns dropped. The mask is
     True on the assistant tokens of messages at index ``loss_from_message`` or later only. The
     messages are rendered as the live prompt renders them (:func:`template_messages`: no text a
-    policy or a tool wrote becomes a control token), and held to it."""
+    policy or a tool wrote becomes a control token), and held to it. ``turn_ids`` (per assistant
+    message, :func:`sampled_turn_ids`) puts each turn's sampled ids in place of its rendered text,
+    before the template's end-of-turn token; ``counts`` adds up how each turn is learned."""
     if loss_from_message < 0:
         raise InterlockError(f"must be >= 0, not {loss_from_message}", field="loss_from_message")
     while messages and messages[-1]["role"] != "assistant":
@@ -121,21 +212,67 @@ def encode_conversation(tokenizer, messages: list[dict],
     encoded = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
                                             return_assistant_tokens_mask=True)
     ids = checked_control_tokens(tokenizer, messages, list(encoded["input_ids"]), encode)
-    mask = encoded["assistant_masks"]
-    if len(mask) != len(ids):
+    marks = encoded["assistant_masks"]
+    if len(marks) != len(ids):
         raise InterlockError("the chat template has no {% generation %} markers: cannot find the "
                              "assistant tokens", field="chat_template")
-    if loss_from_message >= len(messages):
-        return ids, [False] * len(ids)
-    boundary = 0
-    if loss_from_message:
+    boundary = 0 if loss_from_message < len(messages) else len(ids)
+    if 0 < loss_from_message < len(messages):
         prefix = encode(messages[:loss_from_message])
         if ids[:len(prefix)] != prefix:
             raise InterlockError("the chat template is not prefix-stable: the first messages render to "
                                  "other tokens alone than at the start of the whole conversation, so the "
                                  "turns that carry loss cannot be found", field="loss_from_message")
         boundary = len(prefix)
-    return ids, [bool(m) and i >= boundary for i, m in enumerate(mask)]
+    mask = [bool(m) and i >= boundary for i, m in enumerate(marks)]
+    spans = marked_spans(marks)
+    if not spans:  # a template that marks no assistant token: nothing is learned, nothing to put in
+        return ids, mask
+    turn_ids = turn_ids or [None] * len(spans)
+    if len(spans) != len(turn_ids):
+        raise InterlockError(f"the chat template marks {len(spans)} assistant spans for {len(turn_ids)} "
+                             "assistant turns", field="chat_template")
+    return _with_sampled(ids, mask, spans, turn_ids, control_token_ids(tokenizer), counts or TurnCounts())
+
+
+def marked_spans(marks: list[int]) -> list[tuple[int, int]]:
+    """Where each run of marked tokens (an assistant turn's) starts and ends."""
+    spans, start = [], None
+    for index, mark in enumerate([*marks, 0]):
+        if mark and start is None:
+            start = index
+        elif not mark and start is not None:
+            spans.append((start, index))
+            start = None
+    return spans
+
+
+def _with_sampled(ids: list[int], mask: list[bool], spans: list[tuple[int, int]],
+                  turn_ids: list[list[int] | None], control: frozenset[int],
+                  counts: TurnCounts) -> tuple[list[int], list[bool]]:
+    """``ids`` with each span's text replaced by its turn's sampled ids where it has them, the
+    span's last token (the template's end of turn, a control token) kept after them. Only turns
+    that carry loss are counted."""
+    out_ids, out_mask, position = [], [], 0
+    for (start, end), sampled in zip(spans, turn_ids, strict=True):
+        out_ids += ids[position:start]
+        out_mask += mask[position:start]
+        trained = mask[start]
+        if sampled is None:
+            counts.rendered += trained
+            out_ids += ids[start:end]
+            out_mask += mask[start:end]
+        else:
+            if ids[end - 1] not in control:
+                raise InterlockError("the chat template does not close an assistant turn with a control "
+                                     "token: cannot tell its text from its end", field="chat_template")
+            span = [*sampled, ids[end - 1]]
+            counts.sampled += trained
+            counts.retokenized_differ += trained and span != ids[start:end]
+            out_ids += span
+            out_mask += [mask[start]] * len(span)
+        position = end
+    return out_ids + ids[position:], out_mask + mask[position:]
 
 
 def encode_trajectories(items: Iterable[Trajectory | TrainingItem | BadRow], tokenizer, *,
@@ -144,17 +281,16 @@ def encode_trajectories(items: Iterable[Trajectory | TrainingItem | BadRow], tok
     assistant turn, a :class:`TrainingItem` its own weight and ``loss_from_message``. A bad row of
     the table read, and a trajectory the chat template cannot render safely, is refused with its
     reason (:attr:`ExampleSet.refused`); the others are encoded."""
-    examples, too_long, empty, refused = [], [], [], BadRows()
+    examples, too_long, empty, refused, turns = [], [], [], BadRows(), TurnCounts()
     for item in items:
         if isinstance(item, BadRow):
             refused.add(item)
             continue
         if isinstance(item, Trajectory):
             item = TrainingItem(item)
-        trajectory = item.trajectory
+        trajectory, counts = item.trajectory, TurnCounts()
         try:
-            ids, mask = encode_conversation(tokenizer, [m.to_dict() for m in trajectory.messages],
-                                            item.loss_from_message)
+            ids, mask = trajectory_tokens(tokenizer, trajectory, item.loss_from_message, counts)
         except InterlockError as exc:
             refused.add(BadRow(exc.reason, file=None, row=None, row_data=trajectory.to_row(),
                                field=exc.field or "messages"))
@@ -165,7 +301,16 @@ def encode_trajectories(items: Iterable[Trajectory | TrainingItem | BadRow], tok
             empty.append(trajectory.rollout_id)
         else:
             examples.append(Example(trajectory.rollout_id, tuple(ids), tuple(mask), item.weight, item.source))
-    return ExampleSet(examples, too_long, empty, refused.summary())
+            turns.add(counts)
+    return ExampleSet(examples, too_long, empty, refused.summary(), turns)
+
+
+def trajectory_tokens(tokenizer, trajectory: Trajectory, loss_from_message: int = 0,
+                      counts: TurnCounts | None = None) -> tuple[list[int], list[bool]]:
+    """A trajectory's token ids and loss mask (:func:`encode_conversation`), each assistant turn
+    its sampled ids where the record holds them and they hold up (:func:`sampled_turn_ids`)."""
+    return encode_conversation(tokenizer, [m.to_dict() for m in trajectory.messages], loss_from_message,
+                               sampled_turn_ids(tokenizer, trajectory), counts)
 
 
 def table_schema(path: Path) -> pa.Schema:

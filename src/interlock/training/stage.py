@@ -95,7 +95,7 @@ def _rft_seeds(params: Params, paths: Paths, start: Path, out: Path, name: str, 
         "message": (f"{first['message']}; {len(by_seed)} seeds" if trained else
                     f"{first['message']} (one copy, not one per seed: they would all be the same)"),
         **{k: first[k] for k in ("examples", "too_long", "nothing_to_learn", "tokens", "trained_tokens",
-                                 "epochs", "steps", "refused")},
+                                 "epochs", "steps", "refused", "assistant_turns")},
         **{k: _mean(m[k] for m in by_seed.values())
            for k in ("first_loss", "last_loss", "mean_last_epoch_loss")},
         "seconds": round(seconds, 2),

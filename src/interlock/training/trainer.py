@@ -287,7 +287,7 @@ def fine_tune_on_trajectories(trajectories: Path, start: Path, out_dir: Path, re
     return {"trained": trained, "message": message,
             **{k: record[k] for k in ("examples", "too_long", "nothing_to_learn", "tokens", "trained_tokens",
                                       "epochs", "steps")},
-            "refused": data.refused,
+            "refused": data.refused, "assistant_turns": data.turns.summary(),
             "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
             "mean_last_epoch_loss": _last_epoch_mean(losses, record["epochs"]),
             "seconds": round(result.seconds, 2), "tokens_per_second": round(result.tokens_per_second, 1),
