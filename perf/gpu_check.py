@@ -36,8 +36,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-#: tests that run vLLM on whatever device there is
-VLLM_TESTS = ["tests/test_vllm_backend.py", "tests/test_rl_vllm.py"]
+#: tests that run vLLM on whatever device there is (on a GPU the RL ones run the policy server:
+#: ``train.rl.vllm_engine: auto``; the resumed run kills its trainer, and so its server, with SIGKILL)
+VLLM_TESTS = ["tests/test_vllm_backend.py", "tests/test_rl_vllm.py",
+              "tests/test_rl_grpo.py::test_a_run_killed_with_sigkill_resumes_from_its_last_checkpoint_to_the_same_weights"]
 
 
 def device() -> dict:

@@ -1,6 +1,7 @@
 """GRPO steps at the default run's scale with each generation path, side by side in one run:
-``train.rl.generation`` ``transformers`` (the trained weights play) and ``vllm`` (an engine in the
-process, given the weights after every optimizer step).
+``train.rl.generation`` ``transformers`` (the trained weights play), ``vllm`` (an engine in the
+trainer's process, given the weights after every optimizer step) and ``vllm-server`` (a managed
+``vllm serve`` sent the weights through a file and its weight-update call: the GPU path).
 
 On the checkpoints and admitted ``rft`` tasks of a finished default run (``make repro``), from
 the ``rl`` stage's start (``solver.start``) with the run's ``train.rl`` settings, each path trains
@@ -8,7 +9,7 @@ the ``rl`` stage's start (``solver.start``) with the run's ``train.rl`` settings
 and judge seconds of the steps, and the reward and pass rate of each step. Not a test: it prints
 a table, and writes the figures as JSON with ``--json``.
 
-    .venv/bin/python perf/rl_generation.py [--steps 2] [--paths transformers vllm] [--json PATH]
+    .venv/bin/python perf/rl_generation.py [--steps 2] [--paths transformers vllm vllm-server] [--json PATH]
 """
 
 from __future__ import annotations
@@ -23,12 +24,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+#: each path's ``train.rl.generation`` and ``train.rl.vllm_engine``
+ENGINES = {"transformers": ("transformers", "auto"), "vllm": ("vllm", "in_process"),
+           "vllm-server": ("vllm", "server")}
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--paths", nargs="+", default=["transformers", "vllm"],
-                        choices=["transformers", "vllm"])
+                        choices=list(ENGINES))
     parser.add_argument("--params", type=Path, default=ROOT / "params.yaml")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -52,13 +57,14 @@ def main(argv: list[str] | None = None) -> None:
     dtype = runtime["resolved_dtype"]
     results: dict = {"start": str(start), "steps": args.steps, "dtype": dtype, "paths": {}}
     for generation in args.paths:
-        if generation == "vllm" and importlib.util.find_spec("vllm") is None:
-            print("skipped vllm: not installed (make vllm)", flush=True)
+        engine, where = ENGINES[generation]
+        if engine == "vllm" and importlib.util.find_spec("vllm") is None:
+            print(f"skipped {generation}: vLLM is not installed (make vllm)", flush=True)
             continue
         rl = params.train.rl.model_copy(update={"enabled": True, "steps": args.steps,
-                                                "generation": generation})
+                                                "generation": engine, "vllm_engine": where})
         settings = GRPOSettings(rl, params.seed, limits, dtype, params.backbone.max_context,
-                                params.train.max_grad_norm)
+                                params.train.max_grad_norm, params.backbone.server)
         with tempfile.TemporaryDirectory(prefix="interlock-rl-generation-") as tmp, \
                 AgentJudge(episode=limits.episode, sandbox=params.sandbox.provider) as judge:
             metrics, rows = train_grpo(start, pool, judge, settings, Path(tmp) / "rl", Path(tmp) / "work")

@@ -190,3 +190,32 @@ def test_serving_without_vllm_installed_says_how_to_install_it(tiny_checkpoint, 
         generation=GenerationConfig(temperature=0.0, max_new_tokens=8))
     with pytest.raises(InterlockError, match="needs vLLM in this environment: `make vllm`"):
         make_backend(backbone, tiny_checkpoint)
+
+
+def test_a_request_the_server_refuses_names_the_path_its_answer_and_the_log(script, tmp_path) -> None:
+    """What a policy server's weight update goes through (``ManagedServer.post``): the test server
+    answers every POST with 500."""
+    from interlock.core.errors import InterlockError
+
+    server = managed(script, tmp_path).start()
+    try:
+        with pytest.raises(InterlockError, match=r"answered /collective_rpc with 500.*server\.log"):
+            server.post("/collective_rpc", {"method": "load_policy"})
+        backend = ServedBackend(OpenAIBackend(server.base_url, "m", **client_limits(max_retries=0)), server)
+        with pytest.raises(InterlockError, match="takes no weights"):  # not a policy server
+            backend.load_weights([])
+    finally:
+        server.stop()
+
+
+def test_a_policy_server_of_a_folder_without_a_tokenizer_fails_before_starting(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("vllm", reason="vLLM is not installed (make vllm; the gpu extra)")
+    from interlock.core.errors import InterlockError
+    from interlock.models.serving import SERVER_LOGS, serve_policy
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InterlockError, match="no tokenizer to serve in"):
+        serve_policy(tmp_path / "empty", defaults().backbone.server, dtype="float32", max_model_len=256,
+                     gpu_memory_utilization=0.3, weights=tmp_path / "weights")
+    assert not (tmp_path / SERVER_LOGS).exists()  # no server was started

@@ -10,6 +10,7 @@ only where a test needs episodes of known worth (the oracle, the abuse suite's a
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -40,7 +41,8 @@ from helpers.repo import SMOKE, command_timeout, dvc, stages_run
 
 HELPER = Path(__file__).parent / "helpers" / "grpo_run.py"
 SETTINGS = RLConfig(enabled=True, reward="pass", steps=1, tasks_per_step=2, group_size=2, learning_rate=1e-5,
-                    kl=0.04, max_turns=12, save_steps=1, generation="transformers")
+                    kl=0.04, max_turns=12, save_steps=1, generation="transformers",
+                    vllm_engine="auto")
 LIMITS = RolloutLimits(max_turns=SETTINGS.max_turns, max_new_tokens=48, temperature=1.0)
 
 
@@ -278,9 +280,16 @@ def test_the_tiny_policy_trains_on_its_own_episodes_into_a_checkpoint_of_the_com
 
 # ----------------------------------------------------------------------------- resume
 
-def _run(checkpoint: Path, root: Path, *extra: str) -> subprocess.CompletedProcess:
+def _run(checkpoint: Path, root: Path, generation: str, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(HELPER), str(checkpoint), str(root / "rl"), str(root / "work"),
-                           *extra], capture_output=True, text=True, timeout=command_timeout())
+                           "--generation", generation, *extra],
+                          capture_output=True, text=True, timeout=command_timeout())
+
+
+#: who plays the resumed runs: the scripted noisy policy, and the policy through its vLLM engine
+#: (whose weights a resume must bring up to the checkpoint's before it plays)
+GENERATIONS = ["scripted", pytest.param("vllm", marks=pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (make vllm; the gpu extra)"))]
 
 
 def _weights(folder: Path) -> dict:
@@ -291,31 +300,39 @@ def _same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.fixture(scope="module", params=GENERATIONS)
+def generation(request) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def uninterrupted(tiny_checkpoint, tmp_path_factory) -> tuple[Path, dict]:
+def uninterrupted(tiny_checkpoint, tmp_path_factory, generation) -> tuple[Path, dict]:
     """The helper's run from start to end: its folder and what it printed."""
-    root = tmp_path_factory.mktemp("grpo-whole")
-    whole = _run(tiny_checkpoint, root)
+    root = tmp_path_factory.mktemp(f"grpo-whole-{generation}")
+    whole = _run(tiny_checkpoint, root, generation)
     assert whole.returncode == 0, whole.stderr[-2000:]
     return root, json.loads(whole.stdout.splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
-def killed_at_two(tiny_checkpoint, tmp_path_factory) -> Path:
+def killed_at_two(tiny_checkpoint, tmp_path_factory, generation) -> Path:
     """The helper's run killed with SIGKILL once the trainer checkpoint of step 2 is written: its
     folder, which each test resuming it copies first (the same run, killed once for both)."""
-    root = tmp_path_factory.mktemp("grpo-killed")
-    killed = _run(tiny_checkpoint, root, "--kill-at", "2")
+    root = tmp_path_factory.mktemp(f"grpo-killed-{generation}")
+    killed = _run(tiny_checkpoint, root, generation, "--kill-at", "2")
     assert killed.returncode == -9 and not (root / "rl").exists()
     assert (root / "work" / "trainer" / "checkpoint-2").is_dir()
     return root
 
 
 def test_a_run_killed_with_sigkill_resumes_from_its_last_checkpoint_to_the_same_weights(
-        tiny_checkpoint, uninterrupted, killed_at_two, tmp_path) -> None:
+        tiny_checkpoint, generation, uninterrupted, killed_at_two, tmp_path) -> None:
+    """Under vLLM generation too: the resumed run's engine, built from the starting checkpoint, is
+    given the checkpoint's weights before it plays step 3 (else its episodes, so its rewards, and so
+    the weights they train, would differ)."""
     whole, reference = uninterrupted
     shutil.copytree(killed_at_two, tmp_path / "killed")
-    resumed = _run(tiny_checkpoint, tmp_path / "killed")
+    resumed = _run(tiny_checkpoint, tmp_path / "killed", generation)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     result = json.loads(resumed.stdout.splitlines()[-1])
     assert result["metrics"]["resumed_from_step"] == 2 and reference["metrics"]["resumed_from_step"] == 0
@@ -326,15 +343,15 @@ def test_a_run_killed_with_sigkill_resumes_from_its_last_checkpoint_to_the_same_
     assert _same(_weights(tmp_path / "killed" / "rl"), _weights(whole / "rl"))
 
 
-def test_resuming_from_the_weights_alone_is_not_the_same_run(tiny_checkpoint, uninterrupted, killed_at_two,
-                                                             tmp_path) -> None:
+def test_resuming_from_the_weights_alone_is_not_the_same_run(tiny_checkpoint, generation, uninterrupted,
+                                                             killed_at_two, tmp_path) -> None:
     """The broken twin of resuming: the optimizer's state and the RNG states lost, the weights kept."""
     whole, _ = uninterrupted
     shutil.copytree(killed_at_two, tmp_path / "twin")
     checkpoint = tmp_path / "twin" / "work" / "trainer" / "checkpoint-2"
     for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
         (checkpoint / name).unlink()
-    resumed = _run(tiny_checkpoint, tmp_path / "twin")
+    resumed = _run(tiny_checkpoint, tmp_path / "twin", generation)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert not _same(_weights(tmp_path / "twin" / "rl"), _weights(whole / "rl"))
 

@@ -1,5 +1,6 @@
 """GRPO generating through vLLM (``train.rl.generation: vllm``), on this machine's device: an
-engine in the trainer's process, given the trained weights after every optimizer step, its
+engine in the trainer's process, or a managed ``vllm serve`` (the GPU path: weights sent through a
+file and its weight-update call), given the trained weights after every optimizer step, its
 sampling log-probabilities handed to TRL's importance-sampling correction. Skipped, with the
 reason, only where vLLM is not installed (``make vllm``; the ``gpu`` extra on a GPU).
 
@@ -8,6 +9,7 @@ ones; the code as it stood handed TRL NaN for every sampling log-probability."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -17,7 +19,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (the gpu extra, or vll
 
 from transformers import TrainerCallback  # noqa: E402
 
-from interlock.core.config import RLConfig  # noqa: E402
+from interlock.core.config import RLConfig, default_params  # noqa: E402
 from interlock.judging.judges import JudgeContext  # noqa: E402
 from interlock.models.checkpoint import load_checkpoint  # noqa: E402
 from interlock.models.transformers_backend import TransformersBackend  # noqa: E402
@@ -30,14 +32,18 @@ from helpers.conversations import opening, outcome, requests_for  # noqa: E402
 from helpers.judges import accepted_by_the_stages  # noqa: E402
 
 SETTINGS = RLConfig(enabled=True, reward="pass", steps=2, tasks_per_step=2, group_size=2, learning_rate=1e-5,
-                    kl=0.04, max_turns=4, save_steps=1, generation="vllm")
+                    kl=0.04, max_turns=4, save_steps=1, generation="vllm", vllm_engine="auto")
 LIMITS = RolloutLimits(max_turns=SETTINGS.max_turns, max_new_tokens=32, temperature=1.0)
-GRPO = GRPOSettings(SETTINGS, 5, LIMITS, "float32", 4096, 1.0)
+GRPO = GRPOSettings(SETTINGS, 5, LIMITS, "float32", 4096, 1.0, default_params().backbone.server)
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_checkpoint):
-    engine = PolicyEngine(tiny_checkpoint, GRPO)
+@pytest.fixture(scope="module", params=["in_process", "server"])
+def engine(request, tiny_checkpoint, tmp_path_factory):
+    """Each place the engine runs: in this process (a CPU's default), and a managed ``vllm serve``
+    taking the weights through a file and its weight-update call (a GPU's default)."""
+    settings = dataclasses.replace(GRPO, rl=SETTINGS.model_copy(update={"vllm_engine": request.param}))
+    engine = PolicyEngine(tiny_checkpoint, settings, tmp_path_factory.mktemp(f"engine-{request.param}"))
+    assert engine.served == (request.param == "server")
     yield engine
     engine.close()
 
@@ -115,12 +121,15 @@ class _Logs(TrainerCallback):
         self.rows.append(dict(logs or {}))
 
 
+@pytest.mark.parametrize("where", ["in_process", "server"])
 def test_grpo_generating_through_vllm_trains_with_the_importance_ratio_of_real_numbers(
-        contexts, agent_judge, tiny_checkpoint, tmp_path) -> None:
-    """Two steps end to end: TRL's importance-sampling correction sees the engine's log-probabilities
-    (a ratio near 1: both compute in fp32 with the same weights), and the policy is written."""
+        contexts, agent_judge, tiny_checkpoint, tmp_path, where) -> None:
+    """Two steps end to end, with each engine: TRL's importance-sampling correction sees the
+    engine's log-probabilities (a ratio near 1: both compute in fp32 with the same weights, synced
+    after step 1), and the policy is written."""
     logs = _Logs()
-    metrics, rows = train_grpo(tiny_checkpoint, TaskPool(contexts), agent_judge, GRPO, tmp_path / "rl",
+    settings = dataclasses.replace(GRPO, rl=SETTINGS.model_copy(update={"vllm_engine": where}))
+    metrics, rows = train_grpo(tiny_checkpoint, TaskPool(contexts), agent_judge, settings, tmp_path / "rl",
                                tmp_path / "work", callbacks=[logs])
     assert metrics["generation"] == "vllm" and [r["step"] for r in rows] == [1, 2]
     ratios = [row["sampling/importance_sampling_ratio/mean"] for row in logs.rows

@@ -14,6 +14,7 @@ corrector), so its backends are interchangeable:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -70,6 +71,16 @@ class SampledTokens:
     def generated(self) -> tuple[int, ...]:
         """The ids of the turn's text (without its stop token): what the text decodes from."""
         return self.ids[:-1] if self.stopped else self.ids
+
+
+def log_probabilities(values: object, count: int) -> tuple[float, ...] | None:
+    """``values`` as one log-probability per sampled id (``count`` of them), or None where it is
+    not exactly that: a list of finite numbers <= 0 (what a table or a server hands back is read
+    with the same rule)."""
+    if not isinstance(values, list) or len(values) != count or not all(
+            type(x) in (int, float) and math.isfinite(x) and x <= 0 for x in values):
+        return None
+    return tuple(map(float, values))
 
 
 @dataclass(frozen=True)

@@ -283,8 +283,12 @@ class RLConfig(_Strict):
     max_turns: int = Field(ge=1)
     save_steps: int = Field(ge=1)  # a resumable checkpoint (weights, optimizer, RNG) every this many steps
     #: who plays each step's episodes: ``transformers`` (the trained weights themselves) or ``vllm``
-    #: (an engine in this process given the trained weights after every optimizer step)
+    #: (an engine given the trained weights after every optimizer step)
     generation: Literal["transformers", "vllm"]
+    #: where ``generation: vllm``'s engine runs: ``in_process`` (the trainer's process, handed the
+    #: tensors), ``server`` (a managed ``vllm serve`` on loopback, sent each step's weights through
+    #: a file and its weight-update call), ``auto`` (a server on a GPU, in process on a CPU)
+    vllm_engine: Literal["auto", "in_process", "server"]
 
 
 class TrainConfig(OptimizationConfig):

@@ -45,7 +45,14 @@ from pathlib import Path
 
 import httpx
 
-from interlock.core.backend import ChatRequest, Completion, CompletionEnd, EpisodeTask, SampledTokens
+from interlock.core.backend import (
+    ChatRequest,
+    Completion,
+    CompletionEnd,
+    EpisodeTask,
+    SampledTokens,
+    log_probabilities,
+)
 from interlock.core.chat import Message, call_markup, render_turn
 from interlock.core.config import BackboneConfig
 from interlock.core.errors import InterlockError
@@ -333,9 +340,7 @@ def _sampled(choice: dict, backend: OpenAIBackend) -> SampledTokens:
         raise _BadReply("token_ids holds something that is no id of the served tokenizer")
     steps = _field(_field(choice, "logprobs", dict) or {}, "content", list) or []
     logprobs = [step.get("logprob") if isinstance(step, dict) else None for step in steps]
-    valid = len(logprobs) == len(ids) and all(type(x) in (int, float) and math.isfinite(x) and x <= 0
-                                              for x in logprobs)
-    return SampledTokens(tuple(ids), tuple(map(float, logprobs)) if valid else None,
+    return SampledTokens(tuple(ids), log_probabilities(logprobs, len(ids)),
                          bool(ids) and ids[-1] in backend.stop_ids)
 
 

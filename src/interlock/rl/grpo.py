@@ -9,8 +9,9 @@ with tool results masked out (``env_mask``), each sampled token's log-probabilit
 rewards, which reach TRL's reward functions as keyword arguments.
 
 Who plays (``train.rl.generation``): ``transformers``, the trained weights of this step
-themselves (exactly on-policy); or ``vllm``, an engine in this process (:class:`PolicyEngine`)
-built once from the starting checkpoint and given the trained weights after every optimizer step
+themselves (exactly on-policy); or ``vllm``, an engine (:class:`PolicyEngine`: in this process on a
+CPU, a managed ``vllm serve`` on a GPU, as ``train.rl.vllm_engine`` says) built once from the
+starting checkpoint and given the trained weights after every optimizer step
 (TRL calls its ``sync_weights`` before each step's rollouts, as it does for its own vLLM
 generation), whose sampling log-probabilities TRL's importance-sampling correction compares with
 the trained weights' own (``vllm_importance_sampling_correction``). Each
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interlock.core.backend import ChatBackend
-from interlock.core.config import RLConfig
+from interlock.core.config import RLConfig, ServerConfig
 from interlock.core.errors import InterlockError
 from interlock.core.io import fingerprint, write_json
 from interlock.core.seeds import stable_seed
@@ -65,6 +66,9 @@ class GRPOSettings:
     compute_dtype: str  # bfloat16: autocast over fp32 weights, where this machine measured it faster
     max_context: int
     max_grad_norm: float
+    #: the backbone's server settings: a policy server's client limits and start-up time
+    #: (``rl.generation: vllm`` with ``rl.vllm_engine`` resolving to ``server``)
+    server: ServerConfig | None = None
 
 
 class StepLog:
@@ -148,17 +152,36 @@ class GroupRollouts:
 
 
 class PolicyEngine:
-    """``train.rl.generation: vllm``: a vLLM engine in this process that plays the episodes,
-    built from the starting checkpoint and given the trained weights whenever the optimizer has
-    stepped since it last had them. TRL calls :meth:`sync_weights` before each step's rollouts
-    (its contract for a rollout function with ``use_vllm``); the rollout function checks it was."""
+    """``train.rl.generation: vllm``: a vLLM engine that plays the episodes, built from the
+    starting checkpoint and given the trained weights whenever the optimizer has stepped since it
+    last had them: in this process (handed the tensors), or a managed ``vllm serve`` on loopback
+    (sent them through a file and its weight-update call: :func:`~interlock.models.serving.serve_policy`),
+    as ``rl.vllm_engine`` says. TRL calls :meth:`sync_weights` before each step's rollouts (its
+    contract for a rollout function with ``use_vllm``); the rollout function checks it was."""
 
-    def __init__(self, start: Path, settings: GRPOSettings) -> None:
-        from interlock.models.vllm_backend import VLLMBackend
+    def __init__(self, start: Path, settings: GRPOSettings, work: Path) -> None:
+        import torch
+        from accelerate import PartialState
 
-        self.backend = VLLMBackend(str(start), dtype=settings.compute_dtype,
-                                   max_model_len=settings.max_context, gpu_memory_utilization=0.3,
-                                   in_process=True)
+        where, gpu = settings.rl.vllm_engine, torch.cuda.is_available()
+        self.served = where == "server" or (where == "auto" and gpu)
+        if self.served:
+            from interlock.models.serving import serve_policy
+
+            if settings.server is None:
+                raise InterlockError("a policy server needs the backbone's server settings",
+                                     field="train.rl.vllm_engine")
+            process = PartialState()  # under a launcher, each process serves its own share on its device
+            self.backend = serve_policy(start, settings.server, dtype=settings.compute_dtype,
+                                        max_model_len=settings.max_context, gpu_memory_utilization=0.3,
+                                        weights=work / f"policy-weights-{process.process_index}",
+                                        device=process.local_process_index if gpu else None)
+        else:
+            from interlock.models.vllm_backend import VLLMBackend
+
+            self.backend = VLLMBackend(str(start), dtype=settings.compute_dtype,
+                                       max_model_len=settings.max_context, gpu_memory_utilization=0.3,
+                                       in_process=True)
         self.trainer = None  # set once the trainer exists
         self.step = 0  # the optimizer step whose weights the engine holds (0: the starting checkpoint's)
 
@@ -243,7 +266,7 @@ def train_grpo(start: Path, pool: TaskPool, judge: Judge, settings: GRPOSettings
         reward_weights=[1.0, 0.0], logging_steps=1, save_strategy="steps", save_steps=rl.save_steps,
         save_total_limit=1, report_to=[], seed=settings.seed, data_seed=settings.seed, use_cpu=not gpu,
         bf16=settings.compute_dtype == "bfloat16", disable_tqdm=False)
-    engine = PolicyEngine(start, settings) if rl.generation == "vllm" and backend is None else None
+    engine = PolicyEngine(start, settings, work) if rl.generation == "vllm" and backend is None else None
     rollouts = GroupRollouts(pool, judge, settings, work / "episodes", log, backend, engine)
     trainer = GRPOTrainer(model=model, reward_funcs=[judged_reward, judged_pass], args=args,
                           train_dataset=Dataset.from_list([{"prompt": p} for p in pool.prompts()]),

@@ -64,7 +64,7 @@ def rl(params: Params, paths: Paths) -> StageReport | None:
     runtime = model_runtime(params.backbone, "train", start, backend="transformers")
     limits = rl_limits(params)
     settings = GRPOSettings(config, params.seed, limits, runtime["resolved_dtype"],
-                            params.backbone.max_context, params.train.max_grad_norm)
+                            params.backbone.max_context, params.train.max_grad_norm, params.backbone.server)
     pool = TaskPool(admitted_tasks(paths, load_domains(paths.domains), "rft"))
     with AgentJudge(episode=limits.episode, sandbox=params.sandbox.provider) as judge:
         metrics, steps = train_grpo(start, pool, judge, settings, out, paths.rl_work)

@@ -11,7 +11,6 @@ row and the field. The stage fails that row with the reason and goes on with the
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from typing import Literal, get_args
 import pyarrow as pa
 
 from interlock.core import schemas
-from interlock.core.backend import SampledTokens
+from interlock.core.backend import SampledTokens, log_probabilities
 from interlock.core.chat import Message, RecordError, storable
 from interlock.core.errors import InterlockError
 from interlock.core.io import dumps, iter_row_groups
@@ -132,14 +131,12 @@ def _sampled(value: object, turns: int, bad) -> list[SampledTokens | None]:
                 or not all(type(i) is int and 0 <= i <= MAX_TOKEN_ID for i in ids)):
             raise bad(f"{where}.ids", f"not a list of at most {MAX_TURN_TOKENS} token ids (integers "
                                       f"0-{MAX_TOKEN_ID})")
-        if logprobs is not None and (
-                not isinstance(logprobs, list) or len(logprobs) != len(ids)
-                or not all(type(x) in (int, float) and math.isfinite(x) and x <= 0 for x in logprobs)):
+        probabilities = None if logprobs is None else log_probabilities(logprobs, len(ids))
+        if logprobs is not None and probabilities is None:
             raise bad(f"{where}.logprobs", "neither null nor one finite log-probability (<= 0) per id")
         if not isinstance(stopped, bool) or (stopped and not ids):
             raise bad(f"{where}.stopped", "not a boolean, or true with no id to be the stop token")
-        entries.append(SampledTokens(tuple(ids), None if logprobs is None else tuple(map(float, logprobs)),
-                                     stopped))
+        entries.append(SampledTokens(tuple(ids), probabilities, stopped))
     return entries
 
 
