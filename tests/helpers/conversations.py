@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from interlock.core.backend import ChatRequest, Completion
-from interlock.core.chat import Message, parse_turn
+from interlock.core.chat import Message, ToolCall, parse_turn
 from interlock.synthesis.workspace import TOOL_SPECS
 
 TOOLS = tuple(TOOL_SPECS)
@@ -32,7 +32,10 @@ def play(engine, turns: int, temperature: float = 0.0, fresh=None,
          outcome=outcome) -> list[list[Completion]]:
     """A multi-turn rollout: each episode's generated text goes back as its assistant turn (as
     parsed), followed by a tool result; with ``fresh`` (another backend), every turn is also run
-    by it, and both must agree on each completion's ``outcome`` (text, ending, token counts, ids)."""
+    by it, and both must agree on each completion's ``outcome`` (text, ending, token counts, ids).
+    Where the model wrote no call, the odd episodes' turns call a tool anyway: every backend is
+    also asked to go on after structured calls and their results (a server wants them wired with
+    ids; the tiny model never writes a call of its own)."""
     convos = [opening(i) for i in range(4)]
     history = []
     for turn in range(turns):
@@ -44,7 +47,8 @@ def play(engine, turns: int, temperature: float = 0.0, fresh=None,
         history.append(done)
         for i, completion in enumerate(done):
             parsed = parse_turn(completion.text)
-            convos[i] += [Message("assistant", parsed.remainder(), parsed.calls),
+            calls = parsed.calls or ((ToolCall("read_file", {"path": f"cases/{turn}.csv"}),) if i % 2 else ())
+            convos[i] += [Message("assistant", parsed.remainder(), calls),
                           Message("tool", f"result {turn} of episode {i}\n" + "row,1\n" * (i + turn),
                                   name="read_file")]
     return history
