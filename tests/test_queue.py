@@ -16,7 +16,7 @@ from interlock.analysis import cli
 from interlock.analysis.queue import FAILED, QUEUED, RUNNING, SUCCESS, queue_status, run_queue
 from interlock.core.errors import InterlockError
 
-from helpers.repo import BIN, GIT_USER, command_timeout, user_env
+from helpers.repo import BIN, GIT_USER, command_timeout, dvc, user_env
 from helpers.repo import run as _run
 
 #: the stage: its parameter, squared, after a pause long enough for `dvc queue stop` to land mid-run
@@ -43,21 +43,17 @@ def repo(tmp_path) -> Iterator[Path]:
     (root / "dvc.yaml").write_text(yaml.safe_dump(PIPELINE))
     (root / "params.yaml").write_text("value: 1\n")
     _run(["git", "init", "-q"], root)
-    _dvc(root, "init", "-q")
-    _dvc(root, "repro")
+    dvc("init", "-q", cwd=root)
+    dvc("repro", cwd=root)
     _run(["git", *GIT_USER, "add", "-A"], root)
     _run(["git", *GIT_USER, "commit", "-qm", "baseline"], root)
     yield root
-    _run([str(BIN / "dvc"), "queue", "stop", "--kill"], root, check=False)
-
-
-def _dvc(repo: Path, *args: str) -> str:
-    return _run([str(BIN / "dvc"), *args], repo)
+    dvc("queue", "stop", "--kill", cwd=root, check=False)
 
 
 def _queue(repo: Path, *values: int) -> None:
     for value in values:
-        _dvc(repo, "exp", "run", "--queue", "-n", f"v{value}".replace("-", "m"), "-S", f"value={value}")
+        dvc("exp", "run", "--queue", "-n", f"v{value}".replace("-", "m"), "-S", f"value={value}", cwd=repo)
 
 
 def _squares(repo: Path) -> dict[str, int]:
@@ -85,7 +81,7 @@ def test_the_queue_runs_to_the_end_though_its_worker_stops_early(repo, tmp_path)
         while not any(entry.status in (RUNNING, SUCCESS) for entry in listed):  # the worker took one
             assert runner.poll() is None, log.read_text()
             listed = queue_status(repo) or []
-        _dvc(repo, "queue", "stop")  # warm shutdown: the running experiment ends, the rest stay queued
+        dvc("queue", "stop", cwd=repo)  # warm shutdown: the running experiment ends, the rest stay queued
         runner.wait(timeout=command_timeout())
     finally:
         runner.kill()
