@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from interlock.core.backend import ChatBackend, ChatRequest, Completion, EpisodeTask
@@ -65,6 +65,12 @@ class TaskPool:
 
     def prompts(self) -> list[list[dict]]:
         return [self.prompt(task) for task in self.tasks]
+
+    def task(self, task_id: str) -> TaskContext:
+        """The pool's task ``task_id``; an :class:`InterlockError` naming it where there is none."""
+        if not isinstance(task_id, str) or task_id not in self._by_id:
+            raise InterlockError(f"no task {str(task_id)[:80]!r} in the pool", field="task_id")
+        return self._by_id[task_id]
 
     def task_for(self, prompt: Sequence[dict]) -> TaskContext:
         task_id = prompt[-1].get("task_id") if prompt and isinstance(prompt[-1], dict) else None
@@ -159,6 +165,7 @@ class ScoredEpisode:
     reward: float
     passed: bool  # every mandatory criterion passed: what ``accept`` would keep
     problem: str | None = None  # why the judge could not grade it (then reward 0)
+    criteria: dict[str, bool] = field(default_factory=dict)  # each criterion's verdict (none: not graded)
 
 
 def play(tasks: Sequence[TaskContext], seeds: Sequence[int], backend: ChatBackend, limits: RolloutLimits,
@@ -187,7 +194,8 @@ def score(trajectories: Sequence[Trajectory], tasks: Sequence[TaskContext], judg
             scored.append(ScoredEpisode(trajectory, 0.0, False, judgement))
             continue
         scored.append(ScoredEpisode(trajectory, episode_reward(trajectory, judgement, pack.rubric, kind),
-                                    episode_reward(trajectory, judgement, pack.rubric, "pass") == 1.0))
+                                    episode_reward(trajectory, judgement, pack.rubric, "pass") == 1.0,
+                                    criteria=judgement.passed))
     return scored
 
 
