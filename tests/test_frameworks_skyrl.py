@@ -19,6 +19,7 @@ pytest.importorskip("skyrl_gym", reason="skyrl-gym is not installed (the dev ext
 
 from interlock.core.backend import ChatRequest  # noqa: E402
 from interlock.core.chat import Message, call_markup  # noqa: E402
+from interlock.core.errors import InterlockError  # noqa: E402
 from interlock.frameworks.episodes import EpisodeHost  # noqa: E402
 from interlock.frameworks.skyrl import ENV_ID, InterlockTextEnv, dataset_rows, register  # noqa: E402
 from interlock.judging.judges import JudgeContext  # noqa: E402
@@ -89,6 +90,10 @@ def test_a_reset_with_one_seed_lays_down_the_same_bytes(host) -> None:
     assert first.workspace != second.workspace and _tree(first.workspace) == _tree(second.workspace)
     assert first.opening == second.opening
     first.close(), second.close()
+    with pytest.raises(InterlockError, match="no task 'nope' in the pool"):
+        host.open("nope")
+    with pytest.raises(InterlockError, match="a seed is an integer, not str"):
+        host.open(task, seed="3")
 
 
 def test_32_episodes_at_once_share_nothing(host) -> None:

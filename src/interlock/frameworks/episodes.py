@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import numbers
 import shutil
 import tempfile
 import threading
@@ -103,7 +104,7 @@ class EpisodeHost:
 
     def __init__(self, pool: TaskPool, judge: Judge, limits: RolloutLimits, reward: RewardKind,
                  root: Path | None = None) -> None:
-        self.pool, self.judge_, self.limits, self.reward = pool, judge, limits, reward
+        self.pool, self.agent_judge, self.limits, self.reward = pool, judge, limits, reward
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="interlock-episodes-")) if root is None else Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -116,15 +117,16 @@ class EpisodeHost:
     def open(self, task_id: str, seed: int = 0) -> HostedEpisode:
         """A fresh episode of ``task_id`` (raises :class:`InterlockError` naming it if the pool has
         no such task) in a folder of its own."""
-        if not isinstance(seed, int) or isinstance(seed, bool):
+        if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
             raise InterlockError(f"a seed is an integer, not {type(seed).__name__}", field="seed")
+        seed = int(seed)
         number = next(self._count)
         episode_id = f"{task_id}.{number}"
         return HostedEpisode(self, task_id, self.root / f"episode-{number}", seed, episode_id)
 
     def judge(self, trajectory: Trajectory, task) -> Verdict:
         with self._judging:
-            [scored] = score([trajectory], [task], self.judge_, self.reward)
+            [scored] = score([trajectory], [task], self.agent_judge, self.reward)
         return Verdict(scored.reward, scored.passed, dict(scored.criteria), scored.problem)
 
     def close(self) -> None:
