@@ -231,10 +231,12 @@ def test_show_prints_a_grown_tasks_lineage_and_draw_outlines_its_rewrite(data, g
     assert code == 0
     assert "Lineage (recursive synthesis): 1 rewrite from" in out and child["operator"] in out
     assert child["parents"][0] in out and "validated by the grow stage in round 1" in out
-    target = tmp_path / "child.png"
+    target = tmp_path / f"child-{'x' * 200}.png"  # a line longer than the console's width
     code, out, _ = run(capsys, "--data", str(data), "draw", child["task_id"], "--against-parent", "-o",
                        str(target))
-    assert code == 0 and "added or changed against its parent" in out
+    assert code == 0 and f"wrote {target}: " in out
+    assert out.rstrip().endswith("added or changed against its parent")
+    assert out.count("\n") == 1, "piped output is one line per line written, never broken by width"
     with Image.open(target) as image:
         assert image.format == "PNG"
     code, _, err = run(capsys, "--data", str(data), "draw", child["parents"][0], "--against-parent", "-o",

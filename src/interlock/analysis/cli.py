@@ -135,7 +135,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    interactive = sys.stdout.isatty()
+    # piped output is read by scripts: a line is never broken, however long its path
+    console = Console(width=None if interactive else 160, soft_wrap=not interactive, highlight=False)
     try:
         args.run(args, console)
     except UnknownTask as exc:
