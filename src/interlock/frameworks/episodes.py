@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from interlock.analysis.artifacts import params_paths
+from interlock.core.chat import call_markup, render_turn
 from interlock.core.config import RewardKind, load_params
 from interlock.core.errors import InterlockError
 from interlock.judging.judges import Judge
+from interlock.models.openai_backend import openai_messages
 from interlock.rl.environment import TaskEpisode, TaskPool, score
 from interlock.rollout.engine import RolloutLimits
 from interlock.rollout.trajectory import Trajectory
@@ -40,6 +42,30 @@ class Verdict:
     passed: bool  # every mandatory criterion passed: what the ``accept`` stage keeps
     criteria: dict[str, bool] = field(default_factory=dict)  # each criterion's verdict
     problem: str | None = None  # why the judge could not grade it (then reward 0)
+
+
+def assistant_text(message: object) -> str:
+    """An assistant turn handed over in OpenAI's chat format (``content`` as text or as parts,
+    structured ``tool_calls``) as the text the rollout engine reads: the calls' markup after the
+    text, each call's arguments as sent (JSON text or an object), so a call the engine cannot read
+    is a malformed call of the policy's, answered by an error observation. Whatever is no such
+    message counts as text."""
+    if not isinstance(message, dict):
+        return "" if message is None else str(message)
+    content = message.get("content")
+    if isinstance(content, list):  # content parts: their text
+        content = "".join(part.get("text", "") for part in content
+                          if isinstance(part, dict) and isinstance(part.get("text"), str))
+    content = content if isinstance(content, str) else "" if content is None else str(content)
+    calls = message.get("tool_calls")
+    written = []
+    for call in calls if isinstance(calls, list) else ():
+        function = call.get("function") if isinstance(call, dict) else None
+        function = function if isinstance(function, dict) else {}
+        name, arguments = function.get("name"), function.get("arguments")
+        written.append(call_markup(name if isinstance(name, str) else "",
+                                   {} if arguments is None or arguments == "" else arguments))
+    return render_turn(content, written)
 
 
 class HostedEpisode:
@@ -82,6 +108,21 @@ class HostedEpisode:
             if not isinstance(text, str):
                 text = "" if text is None else str(text)
             return self._episode.step(text)
+
+    def reply(self, message: object) -> list[dict]:
+        """:meth:`step` for a framework that speaks OpenAI's chat format: ``message`` is the
+        assistant's (:func:`assistant_text`), the answer the tool messages, in OpenAI's format
+        with the ids of :attr:`conversation`."""
+        before = len(self._episode.episode.messages)
+        self.step(assistant_text(message))
+        return self.conversation[before + 1:]
+
+    @property
+    def conversation(self) -> list[dict]:
+        """The episode so far in OpenAI's chat format as the engine recorded it (each assistant
+        turn as the engine read it; calls with ids, each result with its call's): the history a
+        framework sends its model, the same the ``openai`` backend sends a server."""
+        return openai_messages(self._episode.episode.messages)
 
     def verdict(self) -> Verdict:
         """Judge the episode (ending it if it has not ended: out of turns), once; the same verdict

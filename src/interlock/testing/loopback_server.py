@@ -23,9 +23,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
+from interlock.core.chat import render_turn
 from interlock.core.config import ServerConfig, default_params
 from interlock.core.seeds import stable_seed
+from interlock.rl.environment import TaskPool
+from interlock.rollout.scripted import ScriptedBackend
 
 #: a request body larger than this is refused (413): the server is bounded in what it reads too
 MAX_REQUEST_BYTES = 64 * 2**20
@@ -57,10 +61,11 @@ Script = Callable[[Request], Answer]
 
 
 def completion_body(content: str, calls: list[tuple[str, dict]] = (), *, prompt_tokens: int = 0,
-                    completion_tokens: int = 0, finish_reason: str | None = None) -> bytes:
-    """A chat completion as OpenAI's API writes it: structured tool calls, arguments as JSON text
-    (``finish_reason`` None: ``tool_calls`` where there are calls, else ``stop``)."""
-    tool_calls = [{"id": f"call_{i}", "type": "function",
+                    completion_tokens: int = 0, finish_reason: str | None = None, turn: int = 0) -> bytes:
+    """A chat completion as OpenAI's API writes it: structured tool calls, arguments as JSON text,
+    ids ``call_<turn>_<k>`` (``finish_reason`` None: ``tool_calls`` where there are calls, else
+    ``stop``)."""
+    tool_calls = [{"id": f"call_{turn}_{i}", "type": "function",
                    "function": {"name": name, "arguments": json.dumps(args)}}
                   for i, (name, args) in enumerate(calls)]
     message = {"role": "assistant", "content": content, **({"tool_calls": tool_calls} if tool_calls else {})}
@@ -122,6 +127,61 @@ class ScriptedAgent:
         prompt_tokens = sum(len(str(m.get("content") or "")) for m in messages) // 4
         reply = completion_body(content, [call], prompt_tokens=prompt_tokens, completion_tokens=tokens + 8)
         return Answer(200, reply, self.first_token_s + self.seconds_per_token * (tokens + 8))
+
+
+class ScriptedPolicies:
+    """Replies of the project's scripted policies (:data:`~interlock.rollout.scripted.PLANS` and the
+    abuse suite's attacks, :data:`~interlock.testing.adversaries.PLANS`) on the tasks of ``pool``:
+    the request's ``model`` names the policy, its first user message (a task's public request) the
+    task, the number of assistant turns so far the planned turn. A call the plan writes as a
+    structured :class:`~interlock.core.chat.ToolCall` comes as a structured call; markup an attack
+    writes by hand (malformed, smuggled) comes as text, as a model would write it. Unknown policy
+    or task: 404, with the reason."""
+
+    def __init__(self, pool: TaskPool, seed: int = 0) -> None:
+        from interlock.testing.adversaries import PLANS
+
+        self.pool, self.seed, self.plans = pool, seed, PLANS
+        self.by_request = {task.pack.request: task for task in pool.tasks}
+        self._backends: dict[str, ScriptedBackend] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, request: Request) -> Answer:
+        body = request.body
+        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        policy = body.get("model")
+        users = (m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user")
+        opening = next(users, None)
+        task = self.by_request.get(opening) if isinstance(opening, str) else None
+        if policy not in self.plans or task is None:
+            reason = (f"no scripted policy {str(policy)[:80]!r} (one of: {', '.join(self.plans)})"
+                      if policy not in self.plans else "the conversation opens no task of the pool")
+            return Answer(404, error_body(404, f"loopback: {reason}"))
+        turn = sum(isinstance(m, dict) and m.get("role") == "assistant" for m in messages)
+        with self._lock:
+            backend = self._backends.setdefault(policy, ScriptedBackend(policy, self.seed, plans=self.plans))
+            key = f"{policy}:{task.task_id}"
+            if key not in backend.plans:
+                backend.begin(key, task)
+            plan = backend.plans[key]
+        content, calls = plan[turn] if turn < len(plan) else ("", [])
+        written = [c for c in calls if isinstance(c, str)]
+        structured = [(c.name, c.arguments) for c in calls if not isinstance(c, str)]
+        return Answer(200, completion_body(render_turn(content, written), structured, turn=turn))
+
+
+def serve_policies(params_file: Path | str, pool: str = "rft", port: int = 8000, seed: int = 0) -> None:
+    """Serve :class:`ScriptedPolicies` on the admitted ``pool`` of a finished run until interrupted:
+    the loopback model the framework adapters' commands in docs/exports.md run against."""
+    from interlock.analysis.artifacts import params_paths
+    from interlock.synthesis.tasks import admitted_tasks, load_domains
+
+    paths = params_paths(params_file)
+    script = ScriptedPolicies(TaskPool(admitted_tasks(paths, load_domains(paths.domains), pool)), seed)
+    with LoopbackServer(script, endpoints=1, max_seconds=math.inf, port=port) as server:
+        print(f"scripted policies ({', '.join(script.plans)}) on {len(script.pool.tasks)} {pool} tasks "
+              f"at {server.urls[0]}", flush=True)
+        threading.Event().wait()
 
 
 class _Server(ThreadingHTTPServer):
@@ -231,3 +291,22 @@ def client_limits(**changes: int | float) -> dict[str, int | float]:
 @functools.cache
 def _declared_server() -> ServerConfig:
     return default_params().backbone.server
+
+
+def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - `python -m ...loopback_server`
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m interlock.testing.loopback_server",
+        description="Serve the scripted policies on a run's admitted tasks as an OpenAI-compatible "
+                    "model on 127.0.0.1 (the request's model names the policy).")
+    parser.add_argument("--params", default="params.yaml", help="the finished run's params.yaml")
+    parser.add_argument("--pool", default="rft", help="rft, benchmark or indist")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    serve_policies(args.params, args.pool, args.port, args.seed)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _main()
