@@ -22,11 +22,12 @@ test: venv-dev
 # The prepared check for a GPU machine (perf/gpu_check.py, docs/scale-out.md): the GPU tests,
 # served against offline vLLM, training figures, a short served run of the pipeline. Where
 # nvidia-smi sees a GPU the venv gets the dev and `gpu` extras (vLLM for CUDA, which pins its own
-# torch: constraints.txt less its torch pin) and no CPU build of anything; elsewhere the dev set-up
-# of `make test`, and the check's GPU parts skip, each with the reason.
+# torch and wants pillow>=13, mcp>=2.2 and its own apache-tvm-ffi: constraints.txt less those
+# pins; not the frameworks, whose gradio wants pillow<13 and verifiers mcp==2.0.0) and no CPU build of anything; elsewhere the dev set-up of `make test`, and the
+# check's GPU parts skip, each with the reason.
 gpu-check:
 	@if nvidia-smi -L >/dev/null 2>&1; then \
-	  mkdir -p $(VENV) && grep -v '^torch==' constraints.txt > $(VENV)/gpu-constraints.txt && \
+	  mkdir -p $(VENV) && grep -v -E '^(torch|pillow|mcp|mcp-types|apache-tvm-ffi)==' constraints.txt > $(VENV)/gpu-constraints.txt && \
 	  $(MAKE) --no-print-directory venv EXTRAS='[dev,gpu]' CONSTRAINTS=$(VENV)/gpu-constraints.txt BACKENDS=; \
 	else $(MAKE) --no-print-directory venv-dev; fi
 	$(BIN)/python perf/gpu_check.py
@@ -52,7 +53,7 @@ venv venv-dev:
 	$(BIN)/python -m interlock.judging.sandbox
 	$(if $(BACKENDS),@$(MAKE) --no-print-directory $(BACKENDS))
 
-venv-dev: EXTRAS = [dev]
+venv-dev: EXTRAS = [dev,frameworks]
 venv-dev: BACKENDS = optional-backends engine
 # The backend the committed params.yaml configures, if it needs a build (transformers does not;
 # the run needs the build, so its failure fails the set-up); `auto` (the default): `engine`.

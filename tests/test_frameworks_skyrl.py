@@ -20,24 +20,20 @@ pytest.importorskip("skyrl_gym", reason="skyrl-gym is not installed (the dev ext
 from interlock.core.backend import ChatRequest  # noqa: E402
 from interlock.core.chat import Message, call_markup  # noqa: E402
 from interlock.core.errors import InterlockError  # noqa: E402
-from interlock.frameworks.episodes import EpisodeHost  # noqa: E402
 from interlock.frameworks.skyrl import ENV_ID, InterlockTextEnv, dataset_rows, register  # noqa: E402
 from interlock.judging.judges import JudgeContext  # noqa: E402
-from interlock.rl.environment import TaskPool  # noqa: E402
-from interlock.rollout.engine import TOOLS, RolloutLimits  # noqa: E402
+from interlock.rollout.engine import TOOLS  # noqa: E402
 from interlock.rollout.scripted import ScriptedBackend  # noqa: E402
 from interlock.testing.adversaries import ADVERSARIES, ATTACKS, PLANS  # noqa: E402
 
+from helpers.frameworks import LIMITS, fixture_host  # noqa: E402
 from helpers.judges import accepted_by_the_stages  # noqa: E402
-
-LIMITS = RolloutLimits(max_turns=12, max_new_tokens=64, temperature=1.0)
 
 
 @pytest.fixture(scope="module")
 def host(contexts, agent_judge, tmp_path_factory):
-    host = EpisodeHost(TaskPool(contexts), agent_judge, LIMITS, "pass", tmp_path_factory.mktemp("episodes"))
-    yield host
-    host.close()
+    with fixture_host(contexts, agent_judge, tmp_path_factory.mktemp("episodes")) as host:
+        yield host
 
 
 def drive(env: InterlockTextEnv, policy: str, seed: int = 1) -> dict:

@@ -13,6 +13,7 @@ moves its reward.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import numbers
@@ -28,7 +29,7 @@ from interlock.core.chat import call_markup, render_turn
 from interlock.core.config import RewardKind, load_params
 from interlock.core.errors import InterlockError
 from interlock.judging.judges import Judge
-from interlock.models.openai_backend import openai_messages
+from interlock.models.openai_backend import _wire as openai_messages  # the openai backend's own wire format
 from interlock.rl.environment import TaskEpisode, TaskPool, score
 from interlock.rollout.engine import RolloutLimits
 from interlock.rollout.trajectory import Trajectory
@@ -131,7 +132,7 @@ class HostedEpisode:
             if self._verdict is None:
                 self.trajectory = self._episode.finish()
                 self._verdict = self.host.judge(self.trajectory, self.task)
-                shutil.rmtree(self.folder, ignore_errors=True)
+                self.close()
             return self._verdict
 
     def close(self) -> None:
@@ -194,3 +195,39 @@ def host_of_run(params_file: Path | str, pool: str = "rft", *,
             yield host
         finally:
             host.close()
+
+
+_HOSTS: dict[tuple[str, str], EpisodeHost] = {}
+_HOSTS_LOCK = threading.Lock()
+_EXITS = contextlib.ExitStack()
+atexit.register(_EXITS.close)
+_ATTACHED = itertools.count()
+ATTACHED = "attached:"  # the prefix of the names :func:`attach` gives
+
+
+def attach(host: EpisodeHost) -> str:
+    """A name :func:`shared_host` serves ``host`` under, in this process (a host built here: a
+    test's, a notebook's), where an adapter's configuration takes a run's params file."""
+    name = f"{ATTACHED}{next(_ATTACHED)}"
+    with _HOSTS_LOCK:
+        _HOSTS[(name, "")] = host
+    return name
+
+
+def shared_host(params: str | Path, pool: str = "rft") -> EpisodeHost:
+    """This process's host of the finished run ``params`` (its params.yaml) and ``pool``, built on
+    first use and closed at exit: one host, one judge, however many environments a framework makes
+    of it. ``params`` may instead be a name :func:`attach` gave."""
+    if str(params).startswith(ATTACHED):
+        with _HOSTS_LOCK:
+            if (str(params), "") in _HOSTS:
+                return _HOSTS[(str(params), "")]
+        raise InterlockError(f"no host attached as {str(params)!r} in this process", field="params")
+    path = Path(params).resolve()
+    if not path.is_file():
+        raise InterlockError(f"no params file {str(params)!r} (a finished run's params.yaml)", field="params")
+    key = (str(path), str(pool))
+    with _HOSTS_LOCK:
+        if key not in _HOSTS:
+            _HOSTS[key] = _EXITS.enter_context(host_of_run(path, str(pool)))
+        return _HOSTS[key]

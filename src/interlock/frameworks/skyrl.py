@@ -13,25 +13,16 @@ of its own.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import threading
-from pathlib import Path
 from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from interlock.core.errors import InterlockError
-from interlock.frameworks.episodes import EpisodeHost, host_of_run
+from interlock.frameworks.episodes import EpisodeHost, shared_host
 from interlock.rl.environment import TaskPool
 
 #: the id the environment is registered under (:func:`register`)
 ENV_ID = "interlock"
-
-_HOSTS: dict[tuple[str, str], EpisodeHost] = {}
-_HOSTS_LOCK = threading.Lock()
-_EXITS = contextlib.ExitStack()
-atexit.register(_EXITS.close)
 
 
 def _config(env_config: Any, key: str, default: str | None = None) -> str | None:
@@ -40,15 +31,11 @@ def _config(env_config: Any, key: str, default: str | None = None) -> str | None
 
 
 def host_for(env_config: Any) -> EpisodeHost:
-    """The process's host of the run and pool ``env_config`` names (built on first use)."""
+    """The process's host of the run and pool ``env_config`` names (:func:`shared_host`)."""
     params, pool = _config(env_config, "params"), _config(env_config, "pool", "rft")
     if params is None:
         raise InterlockError("env_config.params must name the run's params.yaml", field="env_config.params")
-    key = (str(Path(params).resolve()), pool)
-    with _HOSTS_LOCK:
-        if key not in _HOSTS:
-            _HOSTS[key] = _EXITS.enter_context(host_of_run(params, pool))
-        return _HOSTS[key]
+    return shared_host(params, pool)
 
 
 class InterlockTextEnv(BaseTextEnv):

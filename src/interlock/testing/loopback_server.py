@@ -70,7 +70,8 @@ def completion_body(content: str, calls: list[tuple[str, dict]] = (), *, prompt_
                   for i, (name, args) in enumerate(calls)]
     message = {"role": "assistant", "content": content, **({"tool_calls": tool_calls} if tool_calls else {})}
     finish_reason = finish_reason or ("tool_calls" if tool_calls else "stop")
-    return json.dumps({"id": "chatcmpl-loopback", "object": "chat.completion", "model": "loopback",
+    return json.dumps({"id": "chatcmpl-loopback", "object": "chat.completion", "created": 0,
+                       "model": "loopback",
                        "choices": [{"index": 0, "message": message,
                                     "finish_reason": finish_reason}],
                        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
@@ -132,42 +133,70 @@ class ScriptedAgent:
 class ScriptedPolicies:
     """Replies of the project's scripted policies (:data:`~interlock.rollout.scripted.PLANS` and the
     abuse suite's attacks, :data:`~interlock.testing.adversaries.PLANS`) on the tasks of ``pool``:
-    the request's ``model`` names the policy, its first user message (a task's public request) the
-    task, the number of assistant turns so far the planned turn. A call the plan writes as a
-    structured :class:`~interlock.core.chat.ToolCall` comes as a structured call; markup an attack
-    writes by hand (malformed, smuggled) comes as text, as a model would write it. Unknown policy
-    or task: 404, with the reason."""
+    the request's ``model`` names the policy, the conversation the task, the number of assistant
+    turns so far the planned turn. A call the plan writes as a structured
+    :class:`~interlock.core.chat.ToolCall` comes as a structured call; markup an attack writes by
+    hand (malformed, smuggled) comes as text, as a model would write it.
+
+    The conversation names its task by its first user message, the task's public request; where
+    tasks share a request (a domain's template), by what the workspace showed: the tasks whose
+    files hold most of what was read. A turn their plans share is played before they are told
+    apart (the first turns read files). Unknown policy, or tasks left whose plans part: 404 with
+    the reason."""
 
     def __init__(self, pool: TaskPool, seed: int = 0) -> None:
         from interlock.testing.adversaries import PLANS
 
         self.pool, self.seed, self.plans = pool, seed, PLANS
-        self.by_request = {task.pack.request: task for task in pool.tasks}
+        self.by_request: dict[str, list] = {}
+        for task in pool.tasks:
+            self.by_request.setdefault(task.pack.request, []).append(task)
         self._backends: dict[str, ScriptedBackend] = {}
         self._lock = threading.Lock()
 
     def __call__(self, request: Request) -> Answer:
         body = request.body
-        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        messages = [m for m in body.get("messages") or () if isinstance(m, dict)] \
+            if isinstance(body.get("messages"), list) else []
         policy = body.get("model")
-        users = (m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user")
-        opening = next(users, None)
-        task = self.by_request.get(opening) if isinstance(opening, str) else None
-        if policy not in self.plans or task is None:
-            reason = (f"no scripted policy {str(policy)[:80]!r} (one of: {', '.join(self.plans)})"
-                      if policy not in self.plans else "the conversation opens no task of the pool")
+        if policy not in self.plans:
+            reason = f"no scripted policy {str(policy)[:80]!r} (one of: {', '.join(self.plans)})"
             return Answer(404, error_body(404, f"loopback: {reason}"))
-        turn = sum(isinstance(m, dict) and m.get("role") == "assistant" for m in messages)
+        turn = sum(m.get("role") == "assistant" for m in messages)
+        opening = next((m.get("content") for m in messages if m.get("role") == "user"), None)
+        candidates = self.by_request.get(opening, []) if isinstance(opening, str) else []
+        plans = [self._plan(policy, task) for task in self._told(candidates, messages)]
+        if len({repr(plan[turn:turn + 1]) for plan in plans}) == 1:
+            plans = plans[:1]  # the turn is the same whichever of these tasks it is
+        if len(plans) != 1:
+            reason = ("the conversation opens no task of the pool" if not candidates else
+                      f"{len(candidates)} tasks share this request; what was read tells none apart")
+            return Answer(404, error_body(404, f"loopback: {reason}"))
+        [plan] = plans
+        content, calls = plan[turn] if turn < len(plan) else ("", [])
+        written = [c for c in calls if isinstance(c, str)]
+        structured = [(c.name, c.arguments) for c in calls if not isinstance(c, str)]
+        return Answer(200, completion_body(render_turn(content, written), structured, turn=turn))
+
+    @staticmethod
+    def _told(candidates: list, messages: list[dict]) -> list:
+        """The candidates whose workspace holds the most of what the tools showed (each output
+        less its clipping note; a listing or an error is in no file, so it tells nothing)."""
+        if len(candidates) < 2:
+            return candidates
+        shown = [m["content"].split("\n[... ")[0] for m in messages
+                 if m.get("role") == "tool" and isinstance(m.get("content"), str) and len(m["content"]) > 40]
+        held = [sum(any(text in content for content in task.pack.files.values()) for text in shown)
+                for task in candidates]
+        return [task for task, count in zip(candidates, held, strict=True) if count == max(held)]
+
+    def _plan(self, policy: str, task) -> list:
         with self._lock:
             backend = self._backends.setdefault(policy, ScriptedBackend(policy, self.seed, plans=self.plans))
             key = f"{policy}:{task.task_id}"
             if key not in backend.plans:
                 backend.begin(key, task)
-            plan = backend.plans[key]
-        content, calls = plan[turn] if turn < len(plan) else ("", [])
-        written = [c for c in calls if isinstance(c, str)]
-        structured = [(c.name, c.arguments) for c in calls if not isinstance(c, str)]
-        return Answer(200, completion_body(render_turn(content, written), structured, turn=turn))
+            return backend.plans[key]
 
 
 def serve_policies(params_file: Path | str, pool: str = "rft", port: int = 8000, seed: int = 0) -> None:
