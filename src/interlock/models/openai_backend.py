@@ -272,7 +272,7 @@ class OpenAIBackend:
 
 def request_body(request: ChatRequest, model: str) -> dict:
     """A request as the JSON body of ``POST /chat/completions``."""
-    body = {"model": model, "messages": openai_messages(request.messages),
+    body = {"model": model, "messages": _wire(request.messages),
             "max_tokens": request.max_new_tokens, "temperature": request.temperature,
             "seed": request.seed, "stream": False}
     if request.tools:  # OpenAI's form: a server that validates requests (vLLM's) refuses bare specs
@@ -355,14 +355,13 @@ def _tool_call(call: object) -> str:
     return call_markup(name, {} if arguments is None or arguments == "" else arguments)
 
 
-def openai_messages(messages: Sequence[Message]) -> list[dict]:
+def _wire(messages: Sequence[Message]) -> list[dict]:
     """Our messages as the server expects them: tool calls structured, arguments as JSON text,
     each call with an id (``call_<message>_<call>``, which OpenAI's schema requires: vLLM refuses
     a conversation whose calls have none, so every turn after a first call failed) and each tool
     message with the id of the call it answers (the calls of the turn before, in order; a result
     with no call left to answer, the engine's observation of a malformed call, by its tool's
-    name). No chat template of the project renders the ids: the prompt is the in-process one.
-    The framework adapters hand an episode's conversation to their trainers the same way."""
+    name). No chat template of the project renders the ids: the prompt is the in-process one."""
     wired, pending = [], []
     for position, message in enumerate(messages):
         data = message.to_openai()
