@@ -39,6 +39,7 @@ from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import ToolDef, ToolParams
 
+from interlock.core.chat import storable
 from interlock.core.errors import InterlockError
 from interlock.frameworks.episodes import EpisodeHost, HostedEpisode, shared_host
 from interlock.rl.environment import TaskPool
@@ -121,15 +122,7 @@ def samples(pool: TaskPool, *, seed: int = 0) -> list[Sample]:
 def _text(text: str) -> str:
     """``text`` as UTF-8 can carry it: a lone surrogate (JSON's ``"\\udcff"``, which the engine
     records as the model wrote it) becomes U+FFFD, so that Inspect can log the sample."""
-    return text if _storable(text) else text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-
-
-def _storable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return text if storable(text) else text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 async def chat_messages(conversation: list[dict], model: str | None = None) -> list[ChatMessage]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,8 @@ from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
+
+from interlock.core.config import default_params
 
 
 class InterlockAction(Action):
@@ -72,14 +75,23 @@ class InterlockEnv(EnvClient[InterlockAction, InterlockObservation, InterlockSta
         return InterlockState(**payload)
 
 
+@functools.cache
+def _declared_timeout_s() -> float:
+    """conf's ``backbone.server.timeout_s`` (composed once: composing takes a while)."""
+    return default_params().backbone.server.timeout_s
+
+
 class ChatModel:
     """An OpenAI-compatible ``/chat/completions`` endpoint at ``base_url`` serving ``model``: the
-    assistant message it answers a history (and the tools) with."""
+    assistant message it answers a history (and the tools) with, within ``timeout_s`` a request
+    (None: conf's ``backbone.server.timeout_s``)."""
 
-    def __init__(self, base_url: str, model: str, *, api_key: str = "none", timeout_s: float = 300.0) -> None:
+    def __init__(self, base_url: str, model: str, *, api_key: str = "none",
+                 timeout_s: float | None = None) -> None:
         self.url, self.model = base_url.rstrip("/") + "/chat/completions", model
-        self._client = httpx.AsyncClient(timeout=timeout_s, headers={"Authorization": f"Bearer {api_key}"},
-                                         trust_env=False)
+        self.timeout_s = _declared_timeout_s() if timeout_s is None else timeout_s
+        self._client = httpx.AsyncClient(timeout=self.timeout_s, trust_env=False,
+                                         headers={"Authorization": f"Bearer {api_key}"})
 
     async def __call__(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         body = {"model": self.model, "messages": messages, **({"tools": tools} if tools else {})}
@@ -124,12 +136,13 @@ async def play(env: InterlockEnv, model: ChatModel, *, seed: int = 0, task_id: s
 
 
 async def play_many(env_url: str, model_url: str, model: str, episodes: int, *, seed: int = 0,
-                    task_id: str | None = None, timeout_s: float = 600.0) -> list[Played]:
-    """``episodes`` episodes one after another, episode ``i`` with seed ``seed + i``."""
+                    task_id: str | None = None, timeout_s: float | None = None) -> list[Played]:
+    """``episodes`` episodes one after another, episode ``i`` with seed ``seed + i``; each answer
+    awaited ``timeout_s`` at most (:class:`ChatModel`'s default)."""
     chat, played = ChatModel(model_url, model, timeout_s=timeout_s), []
     try:
         for index in range(episodes):
-            async with InterlockEnv(base_url=env_url, message_timeout_s=timeout_s) as env:
+            async with InterlockEnv(base_url=env_url, message_timeout_s=chat.timeout_s) as env:
                 played.append(await play(env, chat, seed=seed + index, task_id=task_id))
     finally:
         await chat.aclose()
@@ -147,7 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--episodes", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0, help="episode i resets with seed + i")
     parser.add_argument("--task", default=None, help="a task id (default: the seed picks one)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for one answer")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds to wait for one answer (default: conf's backbone.server.timeout_s)")
     args = parser.parse_args(argv)
     played = asyncio.run(play_many(args.env, args.model_url, args.model, args.episodes, seed=args.seed,
                                    task_id=args.task, timeout_s=args.timeout))
