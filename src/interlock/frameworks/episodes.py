@@ -13,9 +13,11 @@ moves its reward.
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import contextlib
 import itertools
+import json
 import numbers
 import shutil
 import tempfile
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from interlock.analysis.artifacts import params_paths
-from interlock.core.chat import call_markup, render_turn
+from interlock.core.chat import call_markup, render_turn, storable
 from interlock.core.config import RewardKind, load_params
 from interlock.core.errors import InterlockError
 from interlock.judging.judges import Judge
@@ -67,6 +69,23 @@ def assistant_text(message: object) -> str:
         written.append(call_markup(name if isinstance(name, str) else "",
                                    {} if arguments is None or arguments == "" else arguments))
     return render_turn(content, written)
+
+
+def loggable(value: object) -> object:
+    """``value`` (a JSON value) as UTF-8 can carry it, for a framework that logs or sends what an
+    episode recorded: a lone surrogate (JSON's ``"\\udcff"``, which the engine records as the
+    model wrote it) becomes U+FFFD; anything else stays as it is."""
+    if storable(value):
+        return value
+    text = json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return json.loads(text)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that name a finished run's admitted pool, as every adapter's command line takes
+    them (``--params``, ``--pool``)."""
+    parser.add_argument("--params", default="params.yaml", help="the finished run's params.yaml")
+    parser.add_argument("--pool", default="rft", help="rft, benchmark or indist")
 
 
 class HostedEpisode:

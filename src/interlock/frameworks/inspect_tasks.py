@@ -39,9 +39,8 @@ from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import ToolDef, ToolParams
 
-from interlock.core.chat import storable
 from interlock.core.errors import InterlockError
-from interlock.frameworks.episodes import EpisodeHost, HostedEpisode, shared_host
+from interlock.frameworks.episodes import EpisodeHost, HostedEpisode, loggable, shared_host
 from interlock.rl.environment import TaskPool
 
 #: the task's name in Inspect (``inspect eval <this file>@interlock``)
@@ -119,18 +118,12 @@ def samples(pool: TaskPool, *, seed: int = 0) -> list[Sample]:
             for t in pool.tasks]
 
 
-def _text(text: str) -> str:
-    """``text`` as UTF-8 can carry it: a lone surrogate (JSON's ``"\\udcff"``, which the engine
-    records as the model wrote it) becomes U+FFFD, so that Inspect can log the sample."""
-    return text if storable(text) else text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-
-
 async def chat_messages(conversation: list[dict], model: str | None = None) -> list[ChatMessage]:
     """An episode's conversation (OpenAI's chat format, as :attr:`HostedEpisode.conversation` gives
     it: the engine's own records) as Inspect's messages, by Inspect's own ``messages_from_openai``
-    (its assistant turns tagged with ``model``); each text made loggable (:func:`_text`) first."""
+    (its assistant turns tagged with ``model``); each text made loggable first (:func:`loggable`)."""
     return await messages_from_openai(
-        [{**m, "content": _text(m.get("content") or "")} for m in conversation], model)
+        [{**m, "content": loggable(m.get("content") or "")} for m in conversation], model)
 
 
 def assistant_turn(message: ChatMessageAssistant) -> dict:

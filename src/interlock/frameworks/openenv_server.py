@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import threading
 import time
 from typing import Any
@@ -30,9 +29,8 @@ from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
-from interlock.core.chat import storable
 from interlock.core.errors import InterlockError
-from interlock.frameworks.episodes import EpisodeHost, HostedEpisode, host_of_run
+from interlock.frameworks.episodes import EpisodeHost, HostedEpisode, add_run_arguments, host_of_run, loggable
 from interlock.frameworks.openenv_client import InterlockAction, InterlockObservation, InterlockState
 
 #: websocket sessions one server hosts at once unless told otherwise (each an episode in flight)
@@ -91,7 +89,7 @@ class InterlockEnvironment(Environment[InterlockAction, InterlockObservation, In
             answers = episode.reply(action.message)
             recorded = episode.conversation[before:before + 1]
             self._state.step_count += 1
-        turn = _wire({"task_id": episode.task_id, "messages": answers,
+        turn = loggable({"task_id": episode.task_id, "messages": answers,
                       "assistant": recorded[0] if recorded else None})
         if not episode.done:
             return InterlockObservation(**turn, reward=0.0)
@@ -116,14 +114,6 @@ class InterlockEnvironment(Environment[InterlockAction, InterlockObservation, In
     def _refused(self, reason: str) -> InterlockObservation:
         self._state.done = True
         return InterlockObservation(error=reason, done=True, reward=None)
-
-
-def _wire(value: dict[str, Any]) -> dict[str, Any]:
-    """``value`` as JSON text can carry it: the episode records a turn as sent, and JSON's
-    ``"\\udcff"`` is a lone surrogate that no UTF-8 answer can hold (each becomes ``?``)."""
-    if storable(value):
-        return value
-    return json.loads(json.dumps(value, ensure_ascii=False).encode("utf-8", "replace"))
 
 
 def create_interlock_app(host: EpisodeHost, *, max_sessions: int = MAX_SESSIONS,
@@ -174,8 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m interlock.frameworks.openenv_server",
         description="Serve a finished run's admitted tasks as an OpenEnv environment on 127.0.0.1.")
-    parser.add_argument("--params", default="params.yaml", help="the finished run's params.yaml")
-    parser.add_argument("--pool", default="rft", help="rft, benchmark or indist")
+    add_run_arguments(parser)
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--max-sessions", type=int, default=MAX_SESSIONS, help="websocket sessions at once")
     args = parser.parse_args(argv)

@@ -325,12 +325,13 @@ def _declared_server() -> ServerConfig:
 def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - `python -m ...loopback_server`
     import argparse
 
+    from interlock.frameworks.episodes import add_run_arguments
+
     parser = argparse.ArgumentParser(
         prog="python -m interlock.testing.loopback_server",
         description="Serve the scripted policies on a run's admitted tasks as an OpenAI-compatible "
                     "model on 127.0.0.1 (the request's model names the policy).")
-    parser.add_argument("--params", default="params.yaml", help="the finished run's params.yaml")
-    parser.add_argument("--pool", default="rft", help="rft, benchmark or indist")
+    add_run_arguments(parser)
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
