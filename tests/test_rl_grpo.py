@@ -267,6 +267,17 @@ def test_hostile_or_failing_episodes_earn_nothing_and_the_trainer_finishes_its_s
     assert read_manifest(tmp_path / "rl")["name"] == "rl" and not (tmp_path / "work").exists()
 
 
+def test_greedy_sampling_is_refused_before_any_step_with_the_field_to_change(
+        contexts, agent_judge, tiny_checkpoint, tmp_path) -> None:
+    """At temperature 0 every episode of a group is the same: no advantage, nothing learned."""
+    settings = dataclasses.replace(_settings(), limits=dataclasses.replace(LIMITS, temperature=0.0))
+    with pytest.raises(InterlockError, match="temperature 0") as raised:
+        train_grpo(tiny_checkpoint, TaskPool(contexts), agent_judge, settings, tmp_path / "rl",
+                   tmp_path / "work")
+    assert raised.value.field == "backbone.generation.temperature"
+    assert not (tmp_path / "rl").exists()
+
+
 def test_the_tiny_policy_trains_on_its_own_episodes_into_a_checkpoint_of_the_common_form(
         contexts, agent_judge, tiny_checkpoint, tmp_path) -> None:
     """No scripted stand-in: the trained weights play every episode through the transformers backend."""

@@ -124,11 +124,14 @@ class _Logs(TrainerCallback):
 @pytest.mark.parametrize("where", ["in_process", "server"])
 def test_grpo_generating_through_vllm_trains_with_the_importance_ratio_of_real_numbers(
         contexts, agent_judge, tiny_checkpoint, tmp_path, where) -> None:
-    """Two steps end to end, with each engine: TRL's importance-sampling correction sees the
-    engine's log-probabilities (a ratio near 1: both compute in fp32 with the same weights, synced
-    after step 1), and the policy is written."""
+    """Two steps end to end, with each engine, sampling at the default's temperature: TRL's
+    importance-sampling correction sees the engine's log-probabilities (a ratio near 1: both
+    compute in fp32 with the same weights, synced after step 1, at the temperature the episodes
+    were sampled at), and the policy is written. The twin: TRL scored its own log-probabilities at
+    its default temperature of 1, not the episodes' (a ratio of 0.33-0.69 a step in bf16)."""
     logs = _Logs()
-    settings = dataclasses.replace(GRPO, rl=SETTINGS.model_copy(update={"vllm_engine": where}))
+    settings = dataclasses.replace(GRPO, rl=SETTINGS.model_copy(update={"vllm_engine": where}),
+                                   limits=dataclasses.replace(LIMITS, temperature=0.7))
     metrics, rows = train_grpo(tiny_checkpoint, TaskPool(contexts), agent_judge, settings, tmp_path / "rl",
                                tmp_path / "work", callbacks=[logs])
     assert metrics["generation"] == "vllm" and [r["step"] for r in rows] == [1, 2]

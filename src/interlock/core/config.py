@@ -5,6 +5,7 @@ DVC composes ``conf/`` into ``params.yaml``; stages only read it (never ``@hydra
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
@@ -495,6 +496,13 @@ def default_params(overrides: list[str] | None = None, conf_dir: Path | str = CO
     """The composed configuration, validated: where code outside a stage (tests, benchmarks, a
     notebook) gets the defaults ``conf/`` declares, instead of writing them again."""
     return Params.model_validate(compose_params(conf_dir, overrides))
+
+
+@functools.cache
+def declared_server() -> ServerConfig:
+    """conf's ``backbone.server``, composed once (composing takes a while): the client limits and
+    timeouts of code outside a stage that talks to a server (the loopback model, framework clients)."""
+    return default_params().backbone.server
 
 
 def compose_params(conf_dir: Path | str = "conf", overrides: list[str] | None = None) -> dict:

@@ -31,7 +31,7 @@ from interlock.core.chat import call_markup, render_turn, storable
 from interlock.core.config import RewardKind, load_params
 from interlock.core.errors import InterlockError
 from interlock.judging.judges import Judge
-from interlock.models.openai_backend import _wire as openai_messages  # the openai backend's own wire format
+from interlock.models.openai_backend import openai_messages
 from interlock.rl.environment import TaskEpisode, TaskPool, score
 from interlock.rollout.engine import RolloutLimits
 from interlock.rollout.trajectory import Trajectory

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +24,7 @@ from openenv.core.env_client import EnvClient
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
 
-from interlock.core.config import default_params
+from interlock.core.config import declared_server
 
 
 class InterlockAction(Action):
@@ -75,12 +74,6 @@ class InterlockEnv(EnvClient[InterlockAction, InterlockObservation, InterlockSta
         return InterlockState(**payload)
 
 
-@functools.cache
-def _declared_timeout_s() -> float:
-    """conf's ``backbone.server.timeout_s`` (composed once: composing takes a while)."""
-    return default_params().backbone.server.timeout_s
-
-
 class ChatModel:
     """An OpenAI-compatible ``/chat/completions`` endpoint at ``base_url`` serving ``model``: the
     assistant message it answers a history (and the tools) with, within ``timeout_s`` a request
@@ -89,7 +82,7 @@ class ChatModel:
     def __init__(self, base_url: str, model: str, *, api_key: str = "none",
                  timeout_s: float | None = None) -> None:
         self.url, self.model = base_url.rstrip("/") + "/chat/completions", model
-        self.timeout_s = _declared_timeout_s() if timeout_s is None else timeout_s
+        self.timeout_s = declared_server().timeout_s if timeout_s is None else timeout_s
         self._client = httpx.AsyncClient(timeout=self.timeout_s, trust_env=False,
                                          headers={"Authorization": f"Bearer {api_key}"})
 

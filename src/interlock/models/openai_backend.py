@@ -272,7 +272,7 @@ class OpenAIBackend:
 
 def request_body(request: ChatRequest, model: str) -> dict:
     """A request as the JSON body of ``POST /chat/completions``."""
-    body = {"model": model, "messages": _wire(request.messages),
+    body = {"model": model, "messages": openai_messages(request.messages),
             "max_tokens": request.max_new_tokens, "temperature": request.temperature,
             "seed": request.seed, "stream": False}
     if request.tools:  # OpenAI's form: a server that validates requests (vLLM's) refuses bare specs
@@ -355,7 +355,7 @@ def _tool_call(call: object) -> str:
     return call_markup(name, {} if arguments is None or arguments == "" else arguments)
 
 
-def _wire(messages: Sequence[Message]) -> list[dict]:
+def openai_messages(messages: Sequence[Message]) -> list[dict]:
     """Our messages as the server expects them: tool calls structured, arguments as JSON text,
     each call with an id (``call_<message>_<call>``, which OpenAI's schema requires: vLLM refuses
     a conversation whose calls have none, so every turn after a first call failed) and each tool

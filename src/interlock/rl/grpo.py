@@ -227,6 +227,10 @@ def train_grpo(start: Path, pool: TaskPool, judge: Judge, settings: GRPOSettings
     """Train the checkpoint at ``start`` with GRPO on ``pool``; write the result to ``out``; return
     the run's metrics and its per-step rows. ``backend``: who plays the episodes instead of the
     trained weights (tests); ``callbacks``: extra ``transformers`` trainer callbacks."""
+    if settings.limits.temperature <= 0:
+        raise InterlockError("GRPO compares the episodes of a group: at temperature 0 they are all alike "
+                             "and nothing is learned; sample at a temperature above 0",
+                             field="backbone.generation.temperature")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL 1.x
     import torch
     from accelerate import PartialState
@@ -260,6 +264,9 @@ def train_grpo(start: Path, pool: TaskPool, judge: Judge, settings: GRPOSettings
                              field="train.rl.tasks_per_step")
     model, tokenizer = load_checkpoint(start, "cuda" if gpu else "cpu", "float32")
     args = GRPOConfig(
+        # the episodes' sampling temperature: TRL scores the policy's log-probabilities (the loss,
+        # the KL term and the importance ratio against the engine's) at this temperature
+        temperature=settings.limits.temperature,
         output_dir=str(trainer_dir), per_device_train_batch_size=episodes // processes,
         num_generations=rl.group_size, max_steps=rl.steps, learning_rate=rl.learning_rate, beta=rl.kl,
         lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=settings.max_grad_norm,

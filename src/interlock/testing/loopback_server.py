@@ -12,7 +12,6 @@ lockstep-against-async test needs.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
@@ -26,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from interlock.core.chat import render_turn
-from interlock.core.config import ServerConfig, default_params
+from interlock.core.config import declared_server
 from interlock.core.seeds import stable_seed
 from interlock.rl.environment import TaskPool
 from interlock.rollout.scripted import ScriptedBackend
@@ -314,12 +313,7 @@ def client_limits(**changes: int | float) -> dict[str, int | float]:
     """The openai client's limits as conf/ declares them (``backbone.server``), with ``changes``:
     what a test or a benchmark hands :class:`~interlock.models.openai_backend.OpenAIBackend` for a
     loopback server."""
-    return _declared_server().replace(**changes).client_limits()
-
-
-@functools.cache
-def _declared_server() -> ServerConfig:
-    return default_params().backbone.server
+    return declared_server().replace(**changes).client_limits()
 
 
 def _main(argv: list[str] | None = None) -> None:  # pragma: no cover - `python -m ...loopback_server`
