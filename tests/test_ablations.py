@@ -7,6 +7,7 @@ minimum detectable effect."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import zlib
@@ -28,6 +29,7 @@ from interlock.analysis.ablations import (
     plot_breadth,
     plot_interventions,
     plot_judges,
+    plot_rl,
     plot_synthesis,
     read_experiments,
 )
@@ -129,7 +131,7 @@ def test_collect_writes_the_table_the_comparisons_and_the_pictures(swept, tmp_pa
     assert sorted(rft["breadth"]) == [2, 4] and set(rft["seeds"]) == {2}
     assert (rft["low"] <= rft["value"]).all() and (rft["value"] <= rft["high"]).all()
     assert rft["judge_seconds_per_rollout"].notna().all()
-    for name in ("breadth.png", "judges.png", "interventions.png", "synthesis.png"):
+    for name in ("breadth.png", "judges.png", "interventions.png", "synthesis.png", "rl.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # every comparison states its MDE: d4 against d2, paired over the per-episode results that
     # `dvc exp run` left in the DVC cache
@@ -296,6 +298,23 @@ def test_the_pictures_state_each_comparisons_mde(made_up) -> None:
         t.get_text() for t in plot_synthesis(ablation_frame(made_up[:2])).axes[0].texts)
 
 
+def test_the_rl_picture_draws_each_rl_experiments_curves_labelled_by_who_played(made_up) -> None:
+    steps = {"vllm": ((1, 0.25, 0.25), (2, 0.5, 0.5), (3, 0.75, 0.75)),
+             "transformers": ((1, 0.0, 0.0), (2, 0.5, 0.25))}
+    rl = [dataclasses.replace(made_up[0], name=f"grpo-{who}", rl_steps=steps[who],
+                              params={**made_up[0].params, "train": {"rl": {"generation": who}}},
+                              metrics={**made_up[0].metrics, "rl": {"seconds_per_step": seconds}})
+          for who, seconds in (("transformers", 180.1), ("vllm", 133.9))]
+    assert [e.generation for e in rl] == ["transformers", "vllm"] and made_up[0].generation is None
+    reward, passed = plot_rl([*made_up, *rl]).axes  # the experiments that trained no RL policy: no line
+    assert [t.get_text() for t in reward.get_legend().get_texts()] == [
+        "grpo-transformers (transformers, 180 s/step)", "grpo-vllm (vllm, 134 s/step)"]
+    assert [list(line.get_xdata()) for line in reward.lines] == [[1, 2], [1, 2, 3]]
+    assert [list(line.get_ydata()) for line in passed.lines] == [[0.0, 0.25], [0.25, 0.5, 0.75]]
+    (none,) = [t.get_text() for t in plot_rl(made_up).axes[0].texts]
+    assert none == "no RL experiment (dvc exp run -S train=grpo)"
+
+
 def test_collect_writes_the_comparisons_with_their_mde(made_up, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setattr(ablations, "read_experiments", lambda repo, group=None, revs=None: made_up[:2])
     assert cli.main(["collect", "--repo", str(tmp_path), "-o", str(tmp_path / "out")]) == 0
@@ -328,6 +347,7 @@ def test_collect_prints_the_rows_of_every_evaluated_pool(tmp_path, monkeypatch, 
 #: the one stage of the toy pipeline: made-up per-episode results (a base that fails, an rft that
 #: passes more often the more domains), summarized as the evaluate stage summarizes them
 TOY_STAGE = '''\
+import dataclasses
 import json
 from pathlib import Path
 
@@ -358,16 +378,23 @@ evaluation.mkdir(parents=True, exist_ok=True)
 (metrics / "sample.json").write_text(json.dumps({"trajectories": 2 * count, "domains": count}))
 rows = [row for model_rows in by_model.values() for row in model_rows]
 pq.write_table(pa.Table.from_pylist(rows, schema=schemas.EVAL_RESULTS), evaluation / "results.parquet")
+rl = Path(params["paths"]["rl_plot"])
+rl.mkdir(parents=True, exist_ok=True)
+for name, share in (("reward", 16), ("pass_rate", 32)):
+    lines = "".join(f"{s}\\t{s * count / share}\\n" for s in (1, 2))
+    (rl / f"{name}.tsv").write_text("step\\tvalue\\n" + lines)
 '''
 TOY_PIPELINE = {
     "metrics": ["metrics/evaluate.json", "metrics/sample.json"],
     "stages": {"evaluate": {"cmd": "python evaluate.py", "deps": ["evaluate.py"],
                             "params": ["seed", "eval", "domains.count", "judge.name", "tracking.group"],
                             "outs": ["data/evaluation", {"metrics/evaluate.json": {"cache": False}},
-                                     {"metrics/sample.json": {"cache": False}}]}},
+                                     {"metrics/sample.json": {"cache": False}},
+                                     {"metrics/plots/rl": {"cache": False}}]}},
 }
 TOY_PARAMS = {"seed": SEED, "eval": {"bootstrap": RESAMPLES, "confidence": 0.95},
-              "paths": {"metrics": "metrics", "evaluation": "data/evaluation"}, "tracking": {"group": None},
+              "paths": {"metrics": "metrics", "evaluation": "data/evaluation", "rl_plot": "metrics/plots/rl"},
+              "tracking": {"group": None},
               "domains": {"count": 2}, "judge": {"name": "agent"}, "intervention": {"name": "none"}}
 
 
@@ -440,6 +467,9 @@ def test_experiments_are_read_at_their_commits_as_dvc_exp_show_lists_them(toy) -
         summary = experiment.metrics["evaluate"]["pools"]["benchmark"]["models"]["rft"]
         assert len(experiment.results) == 2 * 12
         assert summary["pass_rate"]["value"] == pytest.approx(sum(r["passed"] for r in rft) / 12)
+    # each step's reward and pass rate, as the RL stage's plot files hold them at the experiment's commit
+    assert [e.rl_steps for e in found] == [((1, c / 16, c / 32), (2, 2 * c / 16, 2 * c / 32))
+                                           for c in (2, 4, 2)]
     assert [(e.breadth, e.judge, e.group) for e in found] == [
         (2, "agent", "breadth"), (4, "agent", "breadth"), (2, "text", "judge")]
     assert [e.name for e in read_experiments(repo, "breadth")] == ["d2", "d4"]

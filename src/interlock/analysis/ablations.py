@@ -1,7 +1,7 @@
 """Collect finished DVC experiments into one ablation comparison: a table, the comparisons each
 ablation makes, and the pictures of the four ablations (the rollout-time intervention, none
 against rti; recursive synthesis, base against rst; transfer against domain breadth; agent judge
-against text judge).
+against text judge), and the reward curves of the experiments that trained an RL policy.
 
 A finished experiment is what ``dvc exp show`` lists under a baseline commit (``HEAD`` unless
 told otherwise) and does not call queued, running or failed, read through DVC's public API:
@@ -25,6 +25,7 @@ MDE.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import tempfile
@@ -50,7 +51,7 @@ from interlock.core.io import read_rows
 from interlock.evaluation.metrics import METRICS, paired_delta, pool_design, seed_noise, task_values
 
 #: the metrics files an experiment is read from
-METRICS_FILES = ("evaluate", "sample", "train", "judge", "accept")
+METRICS_FILES = ("evaluate", "sample", "train", "judge", "accept", "rl")
 #: the ablation axes: what a sweep varies (an :class:`Experiment` property of that name)
 AXES = ("intervention", "synthesis", "breadth", "judge")
 #: per axis, the order its levels are compared in; the first present is the reference (breadth:
@@ -82,6 +83,8 @@ class Experiment:
     params: dict
     metrics: dict[str, dict]
     results: list[dict] | None = field(default=None, compare=False, repr=False)
+    #: (step, mean reward, pass rate) of each step of the experiment's RL run; empty where it trained none
+    rl_steps: tuple[tuple[int, float, float], ...] = ()
 
     @property
     def group(self) -> str | None:
@@ -107,6 +110,11 @@ class Experiment:
         """``base`` (the blueprints' tasks) or ``rst`` (recursive synthesis grew the rft pool);
         ``base`` for an experiment from before the option existed."""
         return (self.params.get("synthesis") or {}).get("name") or "base"
+
+    @property
+    def generation(self) -> str | None:
+        """Who played the RL episodes (``train.rl.generation``: ``transformers`` or ``vllm``)."""
+        return ((self.params.get("train") or {}).get("rl") or {}).get("generation")
 
 
 #: the states ``dvc exp show`` gives a finished experiment: none (run by ``dvc exp run`` itself)
@@ -167,6 +175,26 @@ def _results(repo: Path, rev: str, evaluation: str) -> list[dict] | None:
             return None
 
 
+def _rl_steps(repo: Path, rev: str, folder: str) -> tuple[tuple[int, float, float], ...]:
+    """The RL stage's per-step series at ``rev`` (``reward.tsv`` and ``pass_rate.tsv`` under
+    ``paths.rl_plot``: step, value), step by step; empty where it trained nothing."""
+    series = []
+    for name in ("reward", "pass_rate"):
+        path = (PurePosixPath(folder) / f"{name}.tsv").as_posix()
+        text = _read(repo, rev, path)
+        if text is None:
+            return ()
+        try:
+            table = pd.read_csv(io.StringIO(text), sep="\t")
+            series.append({int(step): float(value) for step, value in zip(table["step"], table["value"],
+                                                                          strict=True)})
+        except (ValueError, KeyError, pd.errors.ParserError) as exc:
+            raise InterlockError(f"not a step/value table at experiment commit {rev}: {exc}",
+                                 file=path) from None
+    reward, passed = series
+    return tuple((step, reward[step], passed.get(step, math.nan)) for step in sorted(reward))
+
+
 def read_experiments(repo: Path | str, group: str | None = None,
                      revs: str | Sequence[str] | None = None) -> list[Experiment]:
     """Every finished experiment of ``repo`` that ``dvc exp show`` lists under the baseline
@@ -191,7 +219,8 @@ def read_experiments(repo: Path | str, group: str | None = None,
             continue
         metrics = {stem: json.loads(text) for stem, text in texts.items() if text is not None}
         results = _results(repo, rev, str(paths["evaluation"]))
-        experiments.append(Experiment(name, rev, params, metrics, results))
+        rl_steps = _rl_steps(repo, rev, str(paths["rl_plot"])) if "rl_plot" in paths else ()
+        experiments.append(Experiment(name, rev, params, metrics, results, rl_steps))
     return experiments
 
 
@@ -527,12 +556,39 @@ def plot_synthesis(frame: pd.DataFrame, pool: str = "benchmark", metric: str = "
     return plot_method(frame, "synthesis", pool, metric, comparisons)
 
 
+def plot_rl(experiments: Sequence[Experiment]) -> Figure:
+    """The mean reward and the pass rate per GRPO step of every experiment that trained an RL
+    policy (``train=grpo``), a line each, labelled with who played its episodes
+    (``train.rl.generation``) and its seconds per step."""
+    trained = [e for e in experiments if e.rl_steps]
+    fig = Figure(figsize=(8, 3.4), layout="constrained")
+    axes = fig.subplots(1, 2, sharex=True)
+    for i, experiment in enumerate(trained):
+        steps, reward, passed = zip(*experiment.rl_steps, strict=True)
+        seconds = (experiment.metrics.get("rl") or {}).get("seconds_per_step")
+        label = f"{experiment.name} ({experiment.generation or 'generation unknown'}" + (
+            f", {seconds:.0f} s/step)" if isinstance(seconds, Real) else ")")
+        for ax, values in zip(axes, (reward, passed), strict=True):
+            ax.plot(steps, values, marker="o", label=label, color=COLORS[(i + 1) % len(COLORS)])
+    for ax, title in zip(axes, ("mean reward", "pass rate"), strict=True):
+        ax.set_title(f"GRPO: {title} per step", fontsize=9)
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.02, 1.02)
+    if trained:
+        axes[0].legend(fontsize=7)
+    else:
+        axes[0].text(0.5, 0.5, "no RL experiment (dvc exp run -S train=grpo)", ha="center", va="center",
+                     transform=axes[0].transAxes, color="#6b7280")
+    return fig
+
+
 def write_ablation_report(repo: Path | str, out: Path | str, group: str | None = None,
                           revs: str | Sequence[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Read the finished experiments (of ``group``, under the baselines ``revs``: ``HEAD`` when
     None; :func:`read_experiments`), write ``ablations.tsv``, ``comparisons.tsv``
-    (:func:`axis_comparisons`, each with its MDE), ``breadth.png``, ``judges.png`` and
-    ``interventions.png`` and ``synthesis.png`` under ``out``; return the table and the comparisons."""
+    (:func:`axis_comparisons`, each with its MDE), ``breadth.png``, ``judges.png``,
+    ``interventions.png``, ``synthesis.png`` and ``rl.png`` (:func:`plot_rl`) under ``out``; return
+    the table and the comparisons."""
     experiments = read_experiments(repo, group, revs)
     if not experiments:
         where = f" in group {group!r}" if group else ""
@@ -550,4 +606,5 @@ def write_ablation_report(repo: Path | str, out: Path | str, group: str | None =
     plot_judges(frame, comparisons=comparisons).savefig(out / "judges.png", dpi=120)
     plot_interventions(frame, comparisons=comparisons).savefig(out / "interventions.png", dpi=120)
     plot_synthesis(frame, comparisons=comparisons).savefig(out / "synthesis.png", dpi=120)
+    plot_rl(experiments).savefig(out / "rl.png", dpi=120)
     return frame, comparisons

@@ -354,7 +354,7 @@ def cmd_collect(args: argparse.Namespace, console: Console) -> None:
         _print_table(console, "each ablation's comparison (MDE: the smallest true difference this run "
                      "would detect, 95% confidence, 80% power)", versus)
     console.print(f"wrote {escape(str(out))}/ablations.tsv, comparisons.tsv, breadth.png, judges.png, "
-                  "interventions.png, synthesis.png")
+                  "interventions.png, synthesis.png, rl.png")
 
 
 def cmd_compare_runs(args: argparse.Namespace, console: Console) -> None:
