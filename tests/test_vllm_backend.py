@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -53,9 +54,22 @@ MAX_MODEL_LEN = 4096
 LONG = "the payroll refund is paid and the matching ledger row is posted; " * 12
 
 
+#: sampling defaults a checkpoint may carry in its generation_config.json (Qwen's and Llama's do),
+#: which vLLM's server applies to whatever a request leaves out: the requests state every neutral
+#: value, so the served turns are the in-process engine's (the twin: requests that stated the
+#: temperature alone got greedy turns under a repetition penalty, unlike the engine's)
+GENERATION_DEFAULTS = {"do_sample": True, "temperature": 0.6, "top_k": 2, "top_p": 0.5, "min_p": 0.2,
+                       "repetition_penalty": 1.8}
+
+
 @pytest.fixture(scope="module")
-def checkpoint(tiny_checkpoint):
-    return tiny_checkpoint
+def checkpoint(tiny_checkpoint, tmp_path_factory):
+    """The tiny checkpoint with :data:`GENERATION_DEFAULTS` in its generation config."""
+    folder = tmp_path_factory.mktemp("generation-defaults") / "checkpoint"
+    shutil.copytree(tiny_checkpoint, folder)
+    config = folder / "generation_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), **GENERATION_DEFAULTS}))
+    return folder
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,13 @@ in-process backends do (decoded, special tokens kept), so a served rollout recor
 sampled (:class:`~interlock.core.backend.SampledTokens`) and its text is that of the ids, not the
 server's tool-call parser's rewriting. An answer without valid ids is a ``bad_reply``.
 
+Sampling is the request's temperature alone, as every in-process backend samples: each request
+states the neutral value of every other sampling parameter (:data:`NEUTRAL_SAMPLING`, and vLLM's
+own, :data:`VLLM_NEUTRAL_SAMPLING`, where the server is vLLM), since a server fills what a request
+leaves out with its model's defaults (vLLM reads ``top_k``, ``top_p``, ``min_p`` and the penalties
+from the checkpoint's ``generation_config.json``): it would sample from another distribution than
+the one the project declares, and report its log-probabilities to the trainer as the policy's.
+
 A request with a ``response_format`` (a JSON schema: a model judge's answer) asks the server to
 constrain its reply to it, as OpenAI's structured outputs (``{"type": "json_schema",
 "json_schema": {"name": ..., "schema": ..., "strict": true}}``; vLLM's and SGLang's servers take
@@ -175,7 +182,7 @@ class OpenAIBackend:
     def complete_one(self, request: ChatRequest) -> Completion:
         payload = request_body(request, self.model)
         if self.tokenizer is not None:
-            payload |= {"return_token_ids": True, "logprobs": True}
+            payload |= {"return_token_ids": True, "logprobs": True, **VLLM_NEUTRAL_SAMPLING}
         body = json.dumps(payload).encode()
         jitter = random.Random(stable_seed("openai-backoff", request.key, request.seed))
         problem, failed_on = "", None
@@ -270,11 +277,18 @@ class OpenAIBackend:
         return min(self.max_backoff_s, max(0.0, seconds)) if math.isfinite(seconds) else None
 
 
+#: OpenAI's sampling parameters besides the temperature, at the values that leave the
+#: distribution as the temperature makes it
+NEUTRAL_SAMPLING = {"top_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+#: vLLM's own, the same way (sent only to a vLLM server: OpenAI's API refuses parameters it does not know)
+VLLM_NEUTRAL_SAMPLING = {"top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+
+
 def request_body(request: ChatRequest, model: str) -> dict:
     """A request as the JSON body of ``POST /chat/completions``."""
     body = {"model": model, "messages": openai_messages(request.messages),
             "max_tokens": request.max_new_tokens, "temperature": request.temperature,
-            "seed": request.seed, "stream": False}
+            **NEUTRAL_SAMPLING, "seed": request.seed, "stream": False}
     if request.tools:  # OpenAI's form: a server that validates requests (vLLM's) refuses bare specs
         body["tools"] = openai_tools(request.tools)
     if request.response_format is not None:
