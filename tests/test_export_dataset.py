@@ -17,6 +17,7 @@ import yaml
 from interlock.analysis.artifacts import repository_paths
 from interlock.analysis.cli import main
 from interlock.core import schemas
+from interlock.core.backend import SampledTokens
 from interlock.core.chat import Message, ToolCall
 from interlock.core.errors import InterlockError
 from interlock.core.io import write_table
@@ -39,7 +40,8 @@ def _odd_calls(trajectory, suffix: str, *arguments: dict):
     results = [Message("tool", "ok", name="append_record") for _ in calls]
     messages = [*trajectory.messages[:2], Message("assistant", "", calls), *results,
                 Message("assistant", "Done.")]
-    return dataclasses.replace(trajectory, rollout_id=trajectory.rollout_id + suffix, messages=messages)
+    return dataclasses.replace(trajectory, rollout_id=trajectory.rollout_id + suffix, messages=messages,
+                               sampled=[])
 
 
 def _training_row(trajectory, source: str = "policy", weight: float = 1.0, loss_from: int = 0) -> dict:
@@ -66,11 +68,19 @@ HETEROGENEOUS = ({"path": "out/decisions.csv", "record": {"z": 1250.5, "a": None
                  {"record": {"nested": {"k": [[], {}]}}, "path": "p"})
 
 
+#: what a backend sampled for a first turn: log-probabilities of 17 significant digits (the JSON
+#: decoder of ``datasets`` reads a third of such numbers back otherwise); not the oracle's text
+#: (the export carries the record as the table holds it: training holds it to the text)
+SAMPLED = SampledTokens((17, 4, 2), (-0.10000000149011612, -1.2345678901234567, -2.5e-08), stopped=True)
+
+
 @pytest.fixture(scope="module")
 def training_set(oracle, tmp_path_factory):
     """Paths of artifacts whose training set holds an accepted rollout, a correction (weight 0.7,
     loss from message 3) and a rollout with heterogeneous arguments; the rows as written."""
     first, second = oracle
+    turns = sum(m.role == "assistant" for m in first.messages)
+    first = dataclasses.replace(first, sampled=[SAMPLED, *[None] * (turns - 1)])
     corrected = dataclasses.replace(second, rollout_id=second.rollout_id + ".rti")
     rows = [_training_row(first), _training_row(corrected, "rti", 0.7, 3),
             _training_row(_odd_calls(first, ".odd", *HETEROGENEOUS))]
@@ -102,6 +112,9 @@ def test_messages_read_back_exactly_as_the_judge_graded_them(training_set, expor
                                     "loss_from_message")} == \
                {k: written[k] for k in ("rollout_id", "task_id", "domain_id", "policy", "source", "weight",
                                         "loss_from_message")}
+        assert row["sampled"] == json.loads(written["sampled"])  # the numbers exact
+    assert data[0]["sampled"] == [SAMPLED.to_dict(), *[None] * (len(data[0]["sampled"]) - 1)]
+    assert [len(sampled) for sampled in data["sampled"][1:]] == [0, 0]  # no record: an empty list
     odd = next(row for row in data if row["rollout_id"].endswith(".odd"))
     assert [c["function"]["arguments"] for c in odd["messages"][2]["tool_calls"]] == list(HETEROGENEOUS)
     tool = ["content", "name", "role"]

@@ -63,6 +63,10 @@ SCHEMA = pa.schema([
     ("messages", _JSON_LIST), ("tools", _JSON_LIST), ("rollout_id", pa.string()), ("task_id", pa.string()),
     ("domain_id", pa.string()), ("policy", pa.string()), ("source", pa.string()), ("weight", pa.float64()),
     ("loss_from_message", pa.int32()),
+    # numbers as Parquet's own types, not JSON: a log-probability's 17 digits would not read back
+    # through the JSON decoder of ``datasets`` (a third of them do not)
+    ("sampled", pa.list_(pa.struct([("ids", pa.list_(pa.int32())), ("logprobs", pa.list_(pa.float64())),
+                                    ("stopped", pa.bool_())]))),
 ])
 # pyarrow builds no extension column from Python values: rows go in as strings and are cast
 _STORAGE = pa.schema([(f.name, pa.list_(pa.string()) if f.type == _JSON_LIST else f.type) for f in SCHEMA])
@@ -123,7 +127,8 @@ def dataset_row(item: TrainingItem) -> dict:
             "rollout_id": trajectory.rollout_id, "task_id": trajectory.task_id,
             "domain_id": trajectory.domain_id, "policy": trajectory.policy,
             "source": item.source, "weight": item.weight,
-            "loss_from_message": item.loss_from_message}
+            "loss_from_message": item.loss_from_message,
+            "sampled": [None if s is None else s.to_dict() for s in trajectory.sampled]}
 
 
 def json_text(value: object) -> str | None:
@@ -288,6 +293,13 @@ COLUMNS = """## Columns
 - `loss_from_message` (int32): the first message whose assistant turns carry loss (0: all). A
   correction learns only its corrected turns; to train the same with TRL, split `messages` there
   into `prompt` and `completion` (TRL's prompt-completion type).
+- `sampled` (list of structs or nulls): per assistant message, in order, what its backend
+  sampled: `ids` (int32, the token ids, the stop token last where `stopped`), `logprobs` (float64,
+  each id's log-probability at the sampling temperature, or null where the engine gave none); null for a
+  turn no model sampled (a scripted or carried-over one); an empty list where the trajectory
+  records none. The project trains a turn on these ids, not on its text tokenized again, once they
+  decode to the turn's text with the policy's tokenizer (`interlock.training.examples.sampled_turn_ids`):
+  a trainer that uses them should hold them to the same check.
 
 **Why JSON values, not structs.** Parquet stores a list of dicts as one struct type, the union of
 every key seen: the arguments of `read_file` would come back as `{"path": ..., "content": null,
