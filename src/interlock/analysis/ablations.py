@@ -25,7 +25,6 @@ MDE.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import tempfile
@@ -44,7 +43,7 @@ from dvc_data.index import DataIndexError
 from matplotlib.figure import Figure
 
 from interlock.analysis.queue import require_dvc_root
-from interlock.analysis.report import BAR_METRICS, COLORS, TABLE_METRICS, comparison_frame
+from interlock.analysis.report import BAR_METRICS, COLORS, TABLE_METRICS, comparison_frame, plot_table
 from interlock.core import schemas
 from interlock.core.errors import InterlockError
 from interlock.core.io import read_rows
@@ -179,13 +178,13 @@ def _rl_steps(repo: Path, rev: str, folder: str) -> tuple[tuple[int, float, floa
     """The RL stage's per-step series at ``rev`` (``reward.tsv`` and ``pass_rate.tsv`` under
     ``paths.rl_plot``: step, value), step by step; empty where it trained nothing."""
     series = []
-    for name in ("reward", "pass_rate"):
+    for name in ("reward", "pass_rate"):  # interlock.rl.stage.PLOTTED, as the stage writes them
         path = (PurePosixPath(folder) / f"{name}.tsv").as_posix()
         text = _read(repo, rev, path)
         if text is None:
             return ()
         try:
-            table = pd.read_csv(io.StringIO(text), sep="\t")
+            table = plot_table(text)
             series.append({int(step): float(value) for step, value in zip(table["step"], table["value"],
                                                                           strict=True)})
         except (ValueError, KeyError, pd.errors.ParserError) as exc:

@@ -15,6 +15,7 @@ shows a returned figure as its cell's value.
 from __future__ import annotations
 
 import html
+import io
 import json
 import math
 import tempfile
@@ -109,7 +110,13 @@ def read_plot(path: Path | str) -> pd.DataFrame:
     rows when the stage had none)."""
     if not Path(path).is_file():
         raise MissingArtifacts(f"{path} does not exist; run `dvc repro` first", file=str(path))
-    return pd.read_csv(path, sep="\t", na_values=["None"], keep_default_na=True)
+    return plot_table(Path(path).read_text(encoding="utf-8"))
+
+
+def plot_table(text: str) -> pd.DataFrame:
+    """The text of a plots TSV (:func:`interlock.core.io.write_tsv`) as a table, ``None`` cells
+    missing: a file of the checkout (:func:`read_plot`) or of an experiment's commit."""
+    return pd.read_csv(io.StringIO(text), sep="\t", na_values=["None"], keep_default_na=True)
 
 
 # ----------------------------------------------------------------------------- comparison

@@ -90,7 +90,7 @@ class InterlockEnvironment(Environment[InterlockAction, InterlockObservation, In
             recorded = episode.conversation[before:before + 1]
             self._state.step_count += 1
         turn = loggable({"task_id": episode.task_id, "messages": answers,
-                      "assistant": recorded[0] if recorded else None})
+                         "assistant": recorded[0] if recorded else None})
         if not episode.done:
             return InterlockObservation(**turn, reward=0.0)
         verdict = episode.verdict()
